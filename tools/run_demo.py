@@ -1,0 +1,136 @@
+"""`make demo`: run every lab's main job and write one report.
+
+Each lab contributes a section through ``<package>.report_section.build_section(out_dir, quick)``
+(the types are in ``phase01_common.report``). This driver runs them in order, shows progress,
+renders ``report/index.html`` and ``report/summary.md``, and exits non-zero if any check failed,
+so a failure shows in the report and in the exit status instead of disappearing.
+
+    python tools/run_demo.py [--quick] [--out report] [--only minigrad,warp_softmax,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import platform
+import sys
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on the project's machines
+
+from phase01_common.report import (  # noqa: E402
+    Check,
+    Section,
+    nan_table_checks,
+    render_html,
+    render_markdown,
+)
+from rich.console import Console  # noqa: E402
+from rich.table import Table as RichTable  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PHASE = ROOT / "phase-01-framework-internals"
+
+# (key, title, module, folder the package is imported from when it is not pip-installed)
+SECTIONS: list[tuple[str, str, str, Path | None]] = [
+    (
+        "minigrad",
+        "Lab 01 — minigrad: reverse-mode autodiff on NumPy",
+        "minigrad.report_section",
+        None,
+    ),
+    (
+        "warp_softmax",
+        "Lab 02 — warp_softmax: a custom C++ softmax operator",
+        "warp_softmax.report_section",
+        PHASE / "lab-02-warp-softmax",
+    ),
+    (
+        "graph_inspector",
+        "Lab 03 — graph_inspector: tf.function, retracing, TFLite",
+        "graph_inspector.report_section",
+        None,
+    ),
+    (
+        "fundamentals",
+        "Framework fundamentals: practice questions as running code",
+        "fundamentals.report_section",
+        None,
+    ),
+]
+
+
+def run_section(
+    title: str, module: str, extra_path: Path | None, out_dir: Path, quick: bool
+) -> Section:
+    """Run one lab; an exception becomes a failed check with its cause, never a missing section."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if extra_path is not None and str(extra_path) not in sys.path:
+        sys.path.insert(0, str(extra_path))
+    start = time.perf_counter()
+    try:
+        section = importlib.import_module(module).build_section(out_dir, quick)
+    except Exception as exc:  # the report must show the failure, not lose the section
+        last = traceback.format_exception_only(exc)[-1].strip()
+        section = Section(title=title, checks=[Check("section ran to completion", False, last)])
+        section.texts.append(("traceback", traceback.format_exc()))
+    section.title = title
+    section.checks.extend(nan_table_checks(section))
+    for img in section.images:
+        if not Path(img.path).is_file():
+            section.checks.append(Check(f"image exists: {Path(img.path).name}", False, "missing"))
+    section.checks.append(Check("section wall time", True, f"{time.perf_counter() - start:.1f} s"))
+    return section
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the fast variant of every lab")
+    parser.add_argument("--out", type=Path, default=ROOT / "report", help="report folder")
+    parser.add_argument("--only", default="", help="comma-separated section keys to run")
+    args = parser.parse_args(argv)
+
+    console = Console()
+    chosen = [s for s in SECTIONS if not args.only or s[0] in args.only.split(",")]
+    if not chosen:
+        parser.error(f"--only matched no section; keys are {', '.join(s[0] for s in SECTIONS)}")
+    report_dir: Path = args.out.resolve()
+    report_dir.mkdir(parents=True, exist_ok=True)
+
+    sections: list[Section] = []
+    started = time.perf_counter()
+    for i, (key, title, module, extra_path) in enumerate(chosen, 1):
+        console.rule(f"[bold]{i}/{len(chosen)}  {title}")
+        sections.append(run_section(title, module, extra_path, report_dir / key, args.quick))
+        s = sections[-1]
+        colour = "green" if s.passed else "red"
+        failed = sum(not c.passed for c in s.checks)
+        console.print(f"[{colour}]{key}: {len(s.checks) - failed} passed, {failed} failed")
+
+    meta = (
+        f"{'quick' if args.quick else 'full'} run, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
+        f"{platform.node()} ({platform.machine()}, {platform.python_version()}), "
+        f"{time.perf_counter() - started:.0f} s"
+    )
+    title = "Phase 01 — framework internals: demo report"
+    (report_dir / "index.html").write_text(render_html(sections, report_dir, title, meta))
+    (report_dir / "summary.md").write_text(render_markdown(sections, report_dir, title, meta))
+
+    table = RichTable(title="Demo summary")
+    for col in ("section", "checks", "failed"):
+        table.add_column(col)
+    for s in sections:
+        failed = [c for c in s.checks if not c.passed]
+        table.add_row(s.title, str(len(s.checks)), ", ".join(c.name for c in failed) or "—")
+    console.print(table)
+    console.print(f"Report: {report_dir / 'index.html'}  (and summary.md)")
+    return 0 if all(s.passed for s in sections) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
