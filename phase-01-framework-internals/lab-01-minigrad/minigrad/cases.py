@@ -1,0 +1,101 @@
+"""The case tables shared by test_lab.py and the demo report: one line per checked expression.
+
+Each GRAD_CASES expression runs unchanged in minigrad and torch (``F`` is either library's
+``nn.functional``) through :func:`minigrad.testing.compare_with_torch`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import minigrad.nn.functional as F
+
+TOL = 1e-5  # the issue's relative tolerance against torch
+TARGETS = np.array([0, 3, 1, 2, 3])  # integer class ids for the (5, 4) logits below
+ROWS = np.array([2, 0, 2])  # an integer index with a repeat: its gradient must accumulate
+
+# (case id, expression run in both libraries, input specs, positive inputs?)
+GRAD_CASES = [
+    ("add_broadcast", lambda F, x, y: x + y, [(3, 4), (4,)], False),
+    ("add_scalar", lambda F, x: 2.5 + x, [(3, 4)], False),
+    ("sub_broadcast", lambda F, x, y: x - y, [(2, 3, 4), (3, 1)], False),
+    ("rsub_scalar", lambda F, x: 1 - x, [(5,)], False),
+    ("mul_broadcast", lambda F, x, y: x * y, [(3, 1), (1, 4)], False),
+    ("div_broadcast", lambda F, x, y: x / y, [(3, 4), (4,)], True),
+    ("neg", lambda F, x: -x, [(3, 4)], False),
+    ("pow_scalar", lambda F, x: x**3, [(3, 4)], False),
+    ("pow_tensor", lambda F, x, y: x**y, [(3, 4), (4,)], True),
+    ("matmul_2d", lambda F, x, y: x @ y, [(3, 4), (4, 5)], False),
+    ("matmul_batched_broadcast", lambda F, x, y: x @ y, [(2, 3, 4), (4, 5)], False),
+    ("matmul_vec_mat", lambda F, x, y: x @ y, [(4,), (2, 4, 5)], False),
+    ("matmul_mat_vec", lambda F, x, y: x @ y, [(3, 4), (4,)], False),
+    ("matmul_dot", lambda F, x, y: x @ y, [(4,), (4,)], False),
+    ("linear", lambda F, x, w, b: F.linear(x, w, b), [(5, 4), (3, 4), (3,)], False),
+    ("linear_3d_input", lambda F, x, w, b: F.linear(x, w, b), [(2, 5, 4), (3, 4), (3,)], False),
+    ("exp", lambda F, x: x.exp(), [(3, 4)], False),
+    ("log", lambda F, x: x.log(), [(3, 4)], True),
+    ("tanh", lambda F, x: x.tanh(), [(3, 4)], False),
+    ("sigmoid", lambda F, x: F.sigmoid(x), [(3, 4)], False),
+    ("relu", lambda F, x: F.relu(x), [(3, 4)], False),
+    ("sum_all", lambda F, x: x.sum(), [(3, 4)], False),
+    ("sum_dim_keepdim", lambda F, x: x.sum(dim=1, keepdim=True), [(3, 4, 2)], False),
+    ("sum_dims", lambda F, x: x.sum(dim=(0, 2)), [(3, 4, 2)], False),
+    ("mean_dim", lambda F, x: x.mean(dim=0), [(3, 4)], False),
+    ("mean_all", lambda F, x: x.mean(), [(3, 4)], False),
+    ("max_dim", lambda F, x: x.max(dim=1).values, [(3, 4)], False),
+    ("max_dim_keepdim", lambda F, x: x.max(dim=0, keepdim=True)[0], [(3, 4)], False),
+    ("max_all", lambda F, x: x.max(), [(3, 4)], False),
+    ("reshape", lambda F, x: x.reshape(4, 3) * x.reshape(4, 3), [(3, 4)], False),
+    ("view", lambda F, x: x.view(2, 6).exp(), [(3, 4)], False),
+    ("transpose", lambda F, x, y: x.transpose(0, 1) @ y, [(3, 4), (3, 2)], False),
+    ("permute", lambda F, x: x.permute(2, 0, 1).tanh(), [(2, 3, 4)], False),
+    ("expand", lambda F, x: x.expand(3, 4) * 2, [(1, 4)], False),
+    ("index_basic", lambda F, x: x[1:, ::2] * 3, [(3, 4)], False),
+    ("index_int_array", lambda F, x: x[ROWS], [(3, 4)], False),
+    ("softmax", lambda F, x: F.softmax(x, dim=-1), [(3, 4)], False),
+    ("softmax_dim0", lambda F, x: F.softmax(x, dim=0), [(3, 4)], False),
+    ("log_softmax", lambda F, x: F.log_softmax(x, dim=1), [(3, 4)], False),
+    ("cross_entropy_mean", lambda F, x, t: F.cross_entropy(x, t), [(5, 4), TARGETS], False),
+    (
+        "cross_entropy_sum",
+        lambda F, x, t: F.cross_entropy(x, t, reduction="sum"),
+        [(5, 4), TARGETS],
+        False,
+    ),
+    ("mse_loss", lambda F, x, y: F.mse_loss(x, y), [(3, 4), (3, 4)], False),
+    (
+        "mlp_block",
+        lambda F, x, w, b: F.log_softmax(F.relu(F.linear(x, w, b)).tanh(), dim=1),
+        [(5, 4), (3, 4), (3,)],
+        False,
+    ),
+]
+
+
+SECOND_ORDER_CASES = [
+    ("cube", lambda F, x: x**3, [(5,)]),
+    ("tanh", lambda F, x: x.tanh(), [(5,)]),
+    ("softmax_hvp", lambda F, x, w: (F.softmax(x @ w, dim=-1) * w.sum()).sum(), [(3, 4), (4, 5)]),
+    ("cross_entropy_hvp", lambda F, x, t: F.cross_entropy(x, t), [(5, 4), TARGETS]),
+    (
+        "mlp_hvp",
+        lambda F, x, w, b: F.linear(x, w, b).sigmoid().log_softmax(dim=1).sum(),
+        [(5, 4), (3, 4), (3,)],
+    ),
+]
+
+
+GRADGRAD_CASES = [
+    ("mul_div", lambda x, y: x * y / (y * y + 1), [(3, 4), (4,)]),
+    ("exp_log", lambda x: (x * x + 1).log().exp(), [(3, 4)]),
+    ("tanh_sigmoid", lambda x: x.tanh().sigmoid(), [(3, 4)]),
+    ("matmul_batched", lambda x, y: x @ y, [(2, 3, 4), (4,)]),
+    ("softmax", lambda x: F.softmax(x, dim=1), [(3, 4)]),
+    ("log_softmax", lambda x: F.log_softmax(x, dim=0), [(3, 4)]),
+    ("cross_entropy", lambda x: F.cross_entropy(x, TARGETS), [(5, 4)]),
+    ("reductions", lambda x: x.max(dim=1).values * x.mean(dim=0).sum() + x.sum(), [(3, 4)]),
+    ("shape_ops", lambda x: x.permute(1, 0).reshape(2, 6)[ROWS % 2] ** 2, [(3, 4)]),
+    ("sub_neg_expand", lambda x, y: -(x - y).expand(2, 3, 4) * y, [(3, 4), (4,)]),
+    ("pow_tensor_exponent", lambda x, y: (x * x + 1) ** y.tanh(), [(3, 4), (4,)]),
+    ("linear_relu", lambda x, w: F.linear(x, w).relu() * x.sum(), [(3, 4), (2, 4)]),
+]

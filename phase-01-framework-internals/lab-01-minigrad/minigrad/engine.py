@@ -1,0 +1,260 @@
+"""The backward engine: graph discovery, topological order, gradient routing, accumulation.
+
+It knows no op. A node is a Function's ``ctx`` (``tensor.grad_fn``); ``node.next_edges[i]``
+points at the node that produced input i, or at the leaf Tensor itself, or is None.
+
+Order: a node may run only after *every* consumer of its output has sent its gradient, else
+a partial sum would flow on. That is a topological order of the reversed graph; we get it
+with Kahn's algorithm over dependency counts (like PyTorch's ``Engine::execute``), iteratively,
+so a 10,000-op chain needs no recursion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from minigrad import function as _fn
+from minigrad.function import Context
+from minigrad.tensor import Tensor
+
+
+def _count_dependencies(roots: list[Context]) -> dict[Context, int]:
+    """deps[node] = how many edges from nodes reachable from ``roots`` point at node."""
+    deps: dict[Context, int] = {}
+    seen = set(roots)
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        for nxt in node.next_edges:
+            if nxt is None or isinstance(nxt, Tensor):
+                continue
+            deps[nxt] = deps.get(nxt, 0) + 1
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return deps
+
+
+def _root_gradient(t: Tensor, grad: Any, create_graph: bool) -> Any:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"backward() needs Tensors, got {type(t).__name__}")
+    if not t._rg:
+        raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+    if grad is None:
+        if t.data.size != 1:
+            raise RuntimeError(
+                f"grad can be implicitly created only for scalar outputs; this output has shape "
+                f"{t.shape}: pass gradient= (a tensor of that shape) to backward()"
+            )
+        g = np.ones(t.shape, dtype=t.dtype)
+        return Tensor._wrap(g) if create_graph else g
+    if isinstance(grad, Tensor):
+        g_shape = grad.shape
+    else:
+        grad = np.asarray(grad, dtype=t.dtype)
+        g_shape = grad.shape
+    if g_shape != t.shape:
+        raise RuntimeError(
+            f"mismatch in shape: gradient has shape {g_shape} but the output has shape {t.shape}"
+        )
+    if create_graph:
+        return grad if isinstance(grad, Tensor) else Tensor._wrap(grad)
+    return grad.data if isinstance(grad, Tensor) else grad
+
+
+def _accumulate(leaf: Tensor, g: Any, create_graph: bool) -> None:
+    """AccumulateGrad: leaf.grad += g (never in place: g may be shared with other leaves)."""
+    if create_graph:
+        if not isinstance(g, Tensor):
+            g = Tensor._wrap(g)
+        leaf.grad = g if leaf.grad is None else leaf.grad + g
+        return
+    if isinstance(g, Tensor):
+        g = g.data
+    elif type(g) is not np.ndarray:  # 0-d arithmetic hands back NumPy scalars
+        g = np.asarray(g)
+    if g.dtype != leaf.data.dtype:
+        g = g.astype(leaf.data.dtype)
+    if leaf.grad is None:
+        if not g.flags.writeable:  # e.g. a broadcast view: give the user a real array
+            g = g.copy()
+        leaf.grad = Tensor._wrap(g)
+    else:
+        leaf.grad = Tensor._wrap(leaf.grad.data + g)
+
+
+def _call_backward(node: Context, g: Any, create_graph: bool) -> tuple:
+    node._check_versions()
+    fn = node._fn
+    if node._raw:
+        node._graph_mode = create_graph
+        if create_graph:
+            with _fn._grad_mode(True):
+                grads = fn.backward(node, g)
+        else:
+            grads = fn.backward(node, g)
+    else:
+        gt = g if isinstance(g, Tensor) else Tensor._wrap(g)
+        with _fn._grad_mode(create_graph):
+            grads = fn.backward(node, gt)
+    if not isinstance(grads, tuple):
+        grads = (grads,)
+    if len(grads) != len(node.next_edges):
+        raise RuntimeError(
+            f"{fn.__name__}.backward returned {len(grads)} gradients but forward took "
+            f"{len(node.next_edges)} inputs (return None for non-differentiable ones)"
+        )
+    return grads
+
+
+def _run(
+    roots: Sequence[Tensor],
+    grads: Sequence[Any],
+    retain_graph: bool,
+    create_graph: bool,
+    capture: dict[int, Any] | None,
+) -> None:
+    """Propagate; accumulate into leaves, or (``capture`` given) collect the inputs' grads."""
+    buffers: dict[Context, Any] = {}
+    root_nodes: list[Context] = []
+    for t, g in zip(roots, grads, strict=True):
+        node = t.grad_fn
+        if node is None:  # a leaf as the root: its gradient is the seed itself
+            _deliver_leaf(t, g, create_graph, capture)
+            continue
+        if node in buffers:
+            buffers[node] = buffers[node] + g
+        else:
+            buffers[node] = g
+            root_nodes.append(node)
+    deps = _count_dependencies(root_nodes)
+    ready = [n for n in root_nodes if deps.get(n, 0) == 0]
+    while ready:
+        node = ready.pop()
+        g = buffers.pop(node, None)
+        if g is not None and capture is not None and id(node) in capture:
+            capture[id(node)] = g  # the gradient w.r.t. a non-leaf input of autograd.grad
+        if g is not None:
+            if node._raw and not create_graph:  # the hot path, inlined
+                if node._saved_versions is not None:
+                    node._check_versions()
+                in_grads = node._fn.backward(node, g)
+                if type(in_grads) is not tuple:
+                    in_grads = (in_grads,)
+            else:
+                in_grads = _call_backward(node, g, create_graph)
+            if not retain_graph and node._saved_versions is not None:
+                # Free the saved tensors (and their references); remember that we did.
+                node._saved = node._raw_saved = None
+                node._saved_versions = ()
+                node._freed = True
+        else:
+            in_grads = (None,) * len(node.next_edges)
+        for nxt, gi in zip(node.next_edges, in_grads, strict=True):
+            if nxt is None:
+                continue
+            if isinstance(nxt, Tensor):
+                if gi is not None:
+                    if gi.shape != nxt.data.shape:
+                        _bad_grad_shape(node, nxt, gi)
+                    if capture is None and not create_graph and nxt.grad is None:
+                        # First gradient for this leaf, the common case: store it.
+                        if type(gi) is not np.ndarray:  # a Tensor, or a NumPy scalar
+                            gi = gi.data if isinstance(gi, Tensor) else np.asarray(gi)
+                        if gi.dtype != nxt.data.dtype or not gi.flags.writeable:
+                            gi = gi.astype(nxt.data.dtype)  # astype copies: a real array
+                        nxt.grad = Tensor._wrap(gi)
+                    else:
+                        _deliver_leaf(nxt, gi, create_graph, capture)
+                continue
+            if gi is not None:
+                if create_graph and not isinstance(gi, Tensor):
+                    gi = Tensor._wrap(np.asarray(gi))
+                elif not create_graph and isinstance(gi, Tensor):
+                    gi = gi.data
+                prev = buffers.get(nxt)
+                buffers[nxt] = gi if prev is None else prev + gi
+            left = deps[nxt] - 1
+            deps[nxt] = left
+            if left == 0:
+                ready.append(nxt)
+    if buffers:
+        # Only a cycle leaves gradients waiting: its nodes' counts never reach zero.
+        stuck = ", ".join(sorted({n.name() for n in buffers}))
+        raise RuntimeError(
+            f"the graph has a cycle: gradients still wait at {stuck}; "
+            "autograd graphs must be acyclic (every op makes a new tensor)"
+        )
+
+
+def _bad_grad_shape(node: Context, leaf: Tensor, g: Any) -> None:
+    raise RuntimeError(
+        f"{node._fn.__name__}.backward returned a gradient of shape {g.shape} for an "
+        f"input of shape {leaf.shape}"
+    )
+
+
+def _deliver_leaf(leaf: Tensor, g: Any, create_graph: bool, capture: dict | None) -> None:
+    if capture is None:
+        _accumulate(leaf, g, create_graph)
+    elif id(leaf) in capture:
+        prev = capture[id(leaf)]
+        capture[id(leaf)] = g if prev is None else prev + g
+
+
+def backward(
+    tensors: Sequence[Tensor],
+    grad_tensors: Sequence[Any],
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+) -> None:
+    """``Tensor.backward``: accumulate gradients of ``tensors`` into every leaf's ``.grad``."""
+    if retain_graph is None:
+        retain_graph = create_graph
+    seeds = [_root_gradient(t, g, create_graph) for t, g in zip(tensors, grad_tensors, strict=True)]
+    _run(tensors, seeds, retain_graph, create_graph, capture=None)
+
+
+def grad(
+    outputs: Tensor | Sequence[Tensor],
+    inputs: Tensor | Sequence[Tensor],
+    grad_outputs: Any = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool = False,
+) -> tuple[Tensor | None, ...]:
+    """Gradients of ``outputs`` w.r.t. ``inputs``, returned (``.grad`` fields untouched)."""
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    if grad_outputs is None or isinstance(grad_outputs, (Tensor, np.ndarray)):
+        grad_outputs = [grad_outputs] * len(outputs) if grad_outputs is None else [grad_outputs]
+    grad_outputs = list(grad_outputs)
+    if len(grad_outputs) != len(outputs):
+        raise ValueError(f"grad_outputs has {len(grad_outputs)} entries for {len(outputs)} outputs")
+    for i, x in enumerate(inputs):
+        if not isinstance(x, Tensor) or not x._rg:
+            raise RuntimeError(f"input {i} of autograd.grad does not require grad")
+    if retain_graph is None:
+        retain_graph = create_graph
+    seeds = [_root_gradient(t, g, create_graph) for t, g in zip(outputs, grad_outputs, strict=True)]
+    keys = [id(x) if x.grad_fn is None else id(x.grad_fn) for x in inputs]
+    capture: dict[int, Any] = dict.fromkeys(keys)
+    _run(outputs, seeds, retain_graph, create_graph, capture)
+    result: list[Tensor | None] = []
+    for i, (x, k) in enumerate(zip(inputs, keys, strict=True)):
+        g = capture[k]
+        if g is None:
+            if not allow_unused:
+                raise RuntimeError(
+                    f"input {i} (shape {x.shape}) was not used to compute the outputs; "
+                    "pass allow_unused=True to get None for it"
+                )
+            result.append(None)
+            continue
+        if not isinstance(g, Tensor):
+            g = Tensor._wrap(np.array(g, dtype=x.dtype, copy=True))
+        result.append(g)
+    return tuple(result)

@@ -1,0 +1,332 @@
+"""``Function`` (the torch.autograd.Function API), its context object, and grad mode.
+
+A Function's ``apply`` runs ``forward`` and, when some input requires grad, records one graph
+node: the context object ``ctx`` itself, which the engine later hands back to ``backward``.
+Nothing here knows any particular op; the ops live in :mod:`minigrad.ops`.
+
+Two flavours share this machinery:
+
+* user Functions (like torch's): ``forward`` gets Tensors, ``backward`` gets Tensors;
+* built-in primitives (``Primitive`` subclasses): ``forward`` and ``backward`` get raw
+  ``np.ndarray`` s on the fast path, and Tensors when the engine runs with
+  ``create_graph=True``, so one backward rule serves both first and higher order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from minigrad.tensor import Tensor
+
+# ----------------------------------------------------------------------------- grad mode
+_grad_enabled = True
+
+
+def is_grad_enabled() -> bool:
+    return _grad_enabled
+
+
+def set_grad_enabled(mode: bool) -> None:
+    global _grad_enabled
+    _grad_enabled = bool(mode)
+
+
+class _GradMode:
+    """Context manager *and* decorator, like torch.no_grad / torch.enable_grad."""
+
+    mode = True
+
+    def __enter__(self) -> None:
+        self._prev = _grad_enabled
+        set_grad_enabled(self.mode)
+
+    def __exit__(self, *exc: object) -> None:
+        set_grad_enabled(self._prev)
+
+    def __call__(self, fn: Callable) -> Callable:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with type(self)():
+                return fn(*args, **kwargs)
+
+        wrapper.__name__ = getattr(fn, "__name__", "wrapper")
+        wrapper.__doc__ = fn.__doc__
+        return wrapper
+
+
+class no_grad(_GradMode):  # noqa: N801  (torch's name)
+    """Ops run inside build no graph."""
+
+    mode = False
+
+
+class enable_grad(_GradMode):  # noqa: N801
+    mode = True
+
+
+@contextmanager
+def _grad_mode(mode: bool) -> Iterator[None]:
+    prev = _grad_enabled
+    set_grad_enabled(mode)
+    try:
+        yield
+    finally:
+        set_grad_enabled(prev)
+
+
+# ----------------------------------------------------------------------------- context / node
+class Context:
+    """``ctx`` in forward/backward; after forward it *is* the graph node (``grad_fn``).
+
+    ``next_edges[i]`` says where the gradient of input i goes: the producing node, the leaf
+    Tensor itself (AccumulateGrad), or None.
+    """
+
+    # Plain class-level defaults instead of an __init__: a node is created per op, and forward
+    # may stash extra data on it (ctx.dim = ...) as in torch.
+    next_edges: tuple = ()
+    needs_input_grad: tuple[bool, ...] = ()
+    _saved: tuple | None = None
+    _saved_versions: tuple | None = None
+    _raw_saved: tuple | None = None
+    _freed = False
+    _graph_mode = False
+    _raw = False
+    _fn: Any = None
+
+    def save_for_backward(self, *tensors: Any) -> None:
+        self._raw_saved = tensors
+
+    @property
+    def saved_tensors(self) -> tuple:
+        if self._freed:
+            raise RuntimeError(
+                f"Trying to backward through the graph a second time (or to read the saved "
+                f"tensors of {self.name()} after they were freed). Saved tensors are freed "
+                "after backward; pass retain_graph=True to the first backward() if you need "
+                "to backward through the graph again."
+            )
+        if self._raw and not self._graph_mode:
+            # Fast path for primitives: the very arrays forward saved, no Tensor wrapping.
+            return self._raw_saved or ()
+        return self._saved or ()
+
+    # The node's interface for the engine and for inspection.
+    @property
+    def next_functions(self) -> tuple:
+        return tuple(
+            (e, 0) if not isinstance(e, Tensor) else (AccumulateGrad(e), 0) for e in self.next_edges
+        )
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.__name__
+
+    def __repr__(self) -> str:
+        return f"<{self.name()}>"
+
+    def _check_versions(self) -> None:
+        if self._saved_versions is None:
+            return
+        if self._freed:
+            self.saved_tensors  # noqa: B018  (raises the retain_graph error)
+        for t, v in self._saved_versions:
+            if t._vc[0] != v:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified "
+                    f"by an inplace operation: a tensor of shape {t.shape} saved by "
+                    f"{self.name()} is at version {t._vc[0]}; expected version {v} instead."
+                )
+
+
+class AccumulateGrad:
+    """What ``next_functions`` shows for a leaf (the engine accumulates directly)."""
+
+    def __init__(self, variable: Tensor) -> None:
+        self.variable = variable
+
+    def __repr__(self) -> str:
+        return f"<AccumulateGrad shape={self.variable.shape}>"
+
+
+# ----------------------------------------------------------------------------- Function
+class Function:
+    """Subclass, define static ``forward(ctx, *args)`` and ``backward(ctx, *grads)``, call
+    ``MyFunction.apply(*args)``; the same contract as ``torch.autograd.Function``.
+
+    ``backward`` returns one gradient per forward argument (None for non-tensors).
+    """
+
+    _raw = False  # True for primitives: forward/backward see ndarrays on the fast path.
+    is_view = False  # True when the output shares memory (and so the version) with input 0
+    _ctx_class: type[Context] = Context
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Each Function gets its own node class so grad_fn prints as <MulBackward>.
+        cls._ctx_class = type(
+            f"{cls.__name__}Backward",
+            (Context,),
+            {"_fn": cls, "_raw": cls._raw},
+        )
+
+    @staticmethod
+    def forward(ctx: Context, *args: Any) -> Any:
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx: Context, *grad_outputs: Any) -> Any:
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *args: Any) -> Tensor:
+        ctx = cls._ctx_class()
+        record = False
+        if _grad_enabled:
+            needs = tuple([isinstance(a, Tensor) and a._rg for a in args])
+            record = True in needs
+        if record:
+            ctx.needs_input_grad = needs
+        else:
+            ctx.needs_input_grad = (False,) * len(args)
+
+        if cls._raw:
+            vals = [a.data if isinstance(a, Tensor) else a for a in args]
+            try:
+                out = cls.forward(ctx, *vals)
+            except ValueError as e:
+                shapes = [v.shape for v in vals if isinstance(v, np.ndarray)]
+                raise ValueError(f"{cls.__name__}: invalid input shapes {shapes}: {e}") from e
+            if type(out) is not np.ndarray:
+                out = np.asarray(out)
+            result = Tensor._wrap(out)
+        else:
+            with _grad_mode(False):
+                out = cls.forward(ctx, *args)
+            if isinstance(out, tuple):
+                raise TypeError(
+                    f"{cls.__name__}.forward returned a tuple; minigrad Functions return "
+                    "exactly one Tensor"
+                )
+            if isinstance(out, Tensor) and out.grad_fn is None and not any(out is a for a in args):
+                result = out
+            else:
+                result = Tensor._wrap(out.data if isinstance(out, Tensor) else np.asarray(out))
+            vals = None
+
+        if cls.is_view and isinstance(args[0], Tensor):
+            result._vc = args[0]._vc  # a view shares its base's version counter
+
+        if record:
+            ctx.next_edges = tuple(
+                [
+                    (a.grad_fn if a.grad_fn is not None else a) if n else None
+                    for a, n in zip(args, needs, strict=True)
+                ]
+            )
+            raw_saved = ctx._raw_saved
+            if raw_saved:
+                saved = _resolve_saved(raw_saved, args, vals, out, result)
+                ctx._saved = saved
+                # (tensor, version at save time) for every saved Tensor, checked at backward.
+                ctx._saved_versions = tuple([(t, t._vc[0]) for t in saved if isinstance(t, Tensor)])
+            result.grad_fn = ctx
+            result._rg = True
+        return result
+
+
+def _resolve_saved(raw_saved: tuple, args: tuple, vals: list | None, out: Any, result: Tensor):
+    """Map what forward saved back to Tensors, so create_graph can differentiate through it."""
+    if vals is not None and len(raw_saved) <= len(args):
+        # The common case: forward saved its leading inputs, in order.
+        for s, v in zip(raw_saved, vals, strict=False):
+            if s is not v:
+                break
+        else:
+            return args[: len(raw_saved)]
+    resolved = []
+    for s in raw_saved:
+        if s is out or s is result:
+            resolved.append(result)
+            continue
+        if vals is not None:
+            for a, v in zip(args, vals, strict=True):
+                if s is v:
+                    resolved.append(a)
+                    break
+            else:
+                # An intermediate array: a constant as far as higher-order grads go.
+                resolved.append(Tensor._wrap(s) if isinstance(s, np.ndarray) else s)
+        else:
+            resolved.append(s)
+    return tuple(resolved)
+
+
+class Primitive(Function):
+    """A built-in op. ``forward`` computes on ndarrays; ``backward`` must be written with
+    operators and the dual helpers in :mod:`minigrad.ops` so it runs both on ndarrays (fast,
+    first order) and on Tensors (recorded, when ``create_graph=True``).
+
+    Every subclass is entered in :data:`minigrad.rules.PRIMITIVES`; later per-op rules (vmap
+    batching, IR lowering, ...) attach to it in :mod:`minigrad.rules` without touching the
+    engine.
+    """
+
+    _raw = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        from minigrad.rules import PRIMITIVES
+
+        PRIMITIVES[cls.__name__] = cls
+
+    @classmethod
+    def apply(cls, *args: Any) -> Tensor:
+        """Function.apply specialised for ndarray forwards: the per-op hot path."""
+        ctx = cls._ctx_class()
+        vals = [a.data if isinstance(a, Tensor) else a for a in args]
+        record = False
+        if _grad_enabled:
+            needs = tuple([isinstance(a, Tensor) and a._rg for a in args])
+            record = True in needs
+            ctx.needs_input_grad = needs
+        else:
+            ctx.needs_input_grad = (False,) * len(args)
+        try:
+            out = cls.forward(ctx, *vals)
+        except ValueError as e:
+            shapes = [v.shape for v in vals if isinstance(v, np.ndarray)]
+            raise ValueError(f"{cls.__name__}: invalid input shapes {shapes}: {e}") from e
+        if type(out) is not np.ndarray:
+            out = np.asarray(out)
+        result = _new_tensor(Tensor)
+        result.data = out
+        result.grad = None
+        if cls.is_view and isinstance(args[0], Tensor):
+            result._vc = args[0]._vc  # a view shares its base's version counter
+        else:
+            result._vc = [0]
+        if not record:
+            result.grad_fn = None
+            result._rg = False
+            return result
+        ctx.next_edges = tuple(
+            [
+                (a.grad_fn or a) if n else None  # a node, or the leaf itself
+                for a, n in zip(args, needs, strict=True)
+            ]
+        )
+        raw_saved = ctx._raw_saved
+        if raw_saved:
+            saved = _resolve_saved(raw_saved, args, vals, out, result)
+            ctx._saved = saved
+            ctx._saved_versions = tuple([(t, t._vc[0]) for t in saved if isinstance(t, Tensor)])
+        result.grad_fn = ctx
+        result._rg = True
+        return result
+
+
+_new_tensor = object.__new__

@@ -1,0 +1,189 @@
+"""Lab 01's part of the demo report: everything is measured inside :func:`build_section`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+from phase01_common.report import Check, Image, Section, Table, step
+
+import minigrad
+from minigrad.cases import GRAD_CASES, GRADGRAD_CASES, SECOND_ORDER_CASES, TOL
+from minigrad.digits_mlp import (
+    curve_relative_difference,
+    initial_weights,
+    load_digits_split,
+    train_minigrad,
+    train_torch,
+)
+from minigrad.testing import compare_with_torch, second_order_with_torch
+
+
+def _gradient_checks(quick: bool) -> tuple[list[Check], Table]:
+    rows: list[list[object]] = []
+    worst_by_primitive: dict[str, float] = {}
+    all_gradcheck = True
+    for name, expr, specs, positive in GRAD_CASES:
+        # Finite differences are the slow part; quick mode keeps the torch comparison only.
+        r = compare_with_torch(expr, *specs, positive=positive, gradcheck=not quick)
+        prims = ", ".join(sorted(r.primitives))
+        gc = "skipped (quick)" if r.gradcheck_passed is None else str(r.gradcheck_passed)
+        all_gradcheck &= r.gradcheck_passed is not False
+        rows.append([name, prims, r.output_error, max(r.grad_errors), gc])
+        for p in r.primitives:
+            worst_by_primitive[p] = max(worst_by_primitive.get(p, 0.0), r.max_error)
+    checks = [
+        Check(
+            f"{p}: gradients equal torch's (rel. err < {TOL:g})",
+            err < TOL,
+            f"max rel. err {err:.2e}",
+        )
+        for p, err in sorted(worst_by_primitive.items())
+    ]
+    checks.append(
+        Check(
+            f"{len(GRAD_CASES)} expressions (broadcasting included) match torch",
+            all(row[2] < TOL and row[3] < TOL for row in rows),
+            f"worst rel. err {max(max(row[2], row[3]) for row in rows):.2e}",
+        )
+    )
+    if not quick:
+        checks.append(
+            Check("minigrad.gradcheck (finite differences) passes on every case", all_gradcheck, "")
+        )
+    table = Table(
+        "Gradient checks vs PyTorch (float64, random upstream gradient)",
+        ["case", "primitives", "output rel. err", "grad rel. err", "gradcheck"],
+        rows,
+    )
+    return checks, table
+
+
+def _mlp(out_dir: Path) -> tuple[list[Check], Table, Image]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data, weights = load_digits_split(), initial_weights()
+    t0 = time.perf_counter()
+    ours = train_minigrad(data, weights)
+    t_ours = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    theirs = train_torch(data, weights)
+    t_theirs = time.perf_counter() - t0
+    rel = curve_relative_difference(ours.losses, theirs.losses)
+    ups = [i for i in range(1, len(ours.losses)) if not ours.losses[i] < ours.losses[i - 1]]
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    steps = np.arange(1, len(ours.losses) + 1)
+    ax.plot(steps, theirs.losses, lw=4, alpha=0.4, label="PyTorch")
+    ax.plot(steps, ours.losses, lw=1.2, ls="--", label="minigrad")
+    ax.set_xlabel("full-batch SGD step")
+    ax.set_ylabel("cross-entropy loss")
+    ax.set_title(f"2-layer MLP on load_digits (max rel. difference {rel:.1e})")
+    ax.legend()
+    fig.tight_layout()
+    path = out_dir / "lab01_mlp_loss.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+    checks = [
+        Check(
+            "MLP loss decreases at every one of 100 steps",
+            not ups,
+            f"{ours.losses[0]:.4f} -> {ours.losses[-1]:.4f}",
+            f"increases at steps {ups}" if ups else "",
+        ),
+        Check(
+            "held-out accuracy >= 0.90",
+            ours.test_accuracy >= 0.90,
+            f"{ours.test_accuracy:.4f} (torch {theirs.test_accuracy:.4f})",
+        ),
+        Check("loss curve equals torch's within 1e-5 relative", rel < 1e-5, f"{rel:.2e}"),
+    ]
+    table = Table(
+        "MLP training (64-64-10, SGD lr 0.5, 100 full-batch steps, float32)",
+        ["library", "first loss", "last loss", "held-out acc.", "time s (incl. set-up)"],
+        [
+            ["minigrad", ours.losses[0], ours.losses[-1], ours.test_accuracy, t_ours],
+            ["PyTorch", theirs.losses[0], theirs.losses[-1], theirs.test_accuracy, t_theirs],
+        ],
+    )
+    image = Image(path, "Loss curves of the same network from the same initial weights.")
+    return checks, table, image
+
+
+def _second_order() -> list[Check]:
+    checks = []
+    for name, expr, specs in SECOND_ORDER_CASES:
+        err = second_order_with_torch(expr, *specs)
+        checks.append(
+            Check(
+                f"second order ({name}): grad and HVP equal torch's (create_graph=True)",
+                err < TOL,
+                f"max rel. err {err:.2e}",
+            )
+        )
+    rng = np.random.default_rng(1)
+    for name, fn, shapes in GRADGRAD_CASES:
+        xs = [minigrad.Tensor(rng.standard_normal(s), requires_grad=True) for s in shapes]
+        passed = minigrad.gradgradcheck(fn, xs, raise_exception=False)
+        checks.append(Check(f"gradgradcheck ({name})", passed, "passed" if passed else "failed"))
+    return checks
+
+
+def _benchmark() -> Table:
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from minigrad.bench_mlp import bench_size
+
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(1):  # see bench.py: one thread keeps shared-CPU noise out
+            rows = [
+                bench_size(64, 128, budget_s=1.5),
+                bench_size(1024, 1024, budget_s=3.0, max_rounds=4, block=2),
+            ]
+    finally:
+        torch.set_num_threads(prev)
+    return Table(
+        "MLP training step, median ms, 1 thread (short run; `make bench` for the full one)",
+        ["(batch, hidden)", "minigrad", "NumPy by hand", "torch eager", "mg/NumPy", "mg/torch"],
+        [
+            [
+                f"({r.batch}, {r.hidden})",
+                r.minigrad_ms,
+                r.numpy_ms,
+                r.torch_ms,
+                r.vs_numpy,
+                r.vs_torch,
+            ]
+            for r in rows
+        ],
+    )
+
+
+def build_section(out_dir: Path, quick: bool) -> Section:
+    """Run Lab 01's main job: gradient checks, the digits MLP vs torch, second order, (bench)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    section = Section("Lab 01 — minigrad: reverse-mode autodiff on NumPy")
+    with step("gradient checks vs PyTorch"):
+        checks, table = _gradient_checks(quick)
+        section.checks += checks
+        section.tables.append(table)
+    with step("2-layer MLP on load_digits, minigrad and PyTorch"):
+        checks, table, image = _mlp(out_dir)
+        section.checks += checks
+        section.tables.append(table)
+        section.images.append(image)
+    with step("second-order gradients"):
+        section.checks += _second_order()
+    if not quick:
+        with step("benchmark (short)"):
+            section.tables.append(_benchmark())
+    return section

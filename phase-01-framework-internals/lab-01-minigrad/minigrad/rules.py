@@ -1,0 +1,51 @@
+"""Per-primitive rule tables: the extension point beside each op (autodidax style).
+
+The engine only ever calls ``Function.backward``. Other interpretations of an op, for example a
+vmap batching rule or an HLO-style lowering, register here keyed by (rule kind, primitive) and
+are looked up by whatever transformation needs them, so adding one never touches the engine::
+
+    from minigrad import ops, rules
+
+    @rules.register("flops", ops.MatMul)
+    def matmul_flops(a_shape, b_shape): ...
+
+``rules.get("flops", ops.MatMul)`` returns it; a missing rule raises a NotImplementedError that
+names both the kind and the primitive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+# name -> Primitive subclass; filled by Primitive.__init_subclass__.
+PRIMITIVES: dict[str, type] = {}
+# kind -> {primitive class -> rule}
+RULES: dict[str, dict[type, Callable[..., Any]]] = {}
+
+
+def register(kind: str, primitive: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: attach ``rule`` of ``kind`` to ``primitive``."""
+    if primitive not in PRIMITIVES.values():
+        raise TypeError(f"{primitive!r} is not a registered minigrad primitive")
+
+    def decorator(rule: Callable[..., Any]) -> Callable[..., Any]:
+        RULES.setdefault(kind, {})[primitive] = rule
+        return rule
+
+    return decorator
+
+
+def get(kind: str, primitive: type) -> Callable[..., Any]:
+    try:
+        return RULES[kind][primitive]
+    except KeyError:
+        raise NotImplementedError(
+            f"no {kind!r} rule registered for primitive {primitive.__name__}"
+        ) from None
+
+
+def missing(kind: str) -> list[str]:
+    """Primitives that still lack a rule of this kind (a to-do list for a new transform)."""
+    have = RULES.get(kind, {})
+    return sorted(name for name, p in PRIMITIVES.items() if p not in have)

@@ -1,0 +1,380 @@
+"""The Tensor: an ``np.ndarray`` plus the autograd bookkeeping (grad, grad_fn, version).
+
+Tensor knows no derivative rule. Every method below forwards to a ``Function`` subclass in
+:mod:`minigrad.ops`; the engine (:mod:`minigrad.engine`) walks the ``grad_fn`` graph.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+MaxResult = namedtuple("MaxResult", ["values", "indices"])
+
+
+def _as_array(data: Any, dtype: Any = None) -> np.ndarray:
+    """Lists and Python scalars become float32 (as in torch); ndarrays keep their dtype."""
+    if isinstance(data, Tensor):
+        data = data.data
+    if isinstance(data, np.ndarray):
+        return data if dtype is None else data.astype(dtype, copy=False)
+    if isinstance(data, np.generic):
+        return np.asarray(data, dtype=dtype)
+    arr = np.asarray(data, dtype=dtype)
+    if dtype is None:
+        if arr.dtype == np.float64:
+            arr = arr.astype(np.float32)
+        elif arr.dtype.kind not in "biuf":
+            raise TypeError(f"cannot build a tensor from {type(data).__name__} ({arr.dtype})")
+    return arr
+
+
+class Tensor:
+    """A NumPy array that records how it was computed (``grad_fn``) when grad is enabled."""
+
+    # __slots__ keeps creation cheap: one Tensor is made per op on the hot path.
+    __slots__ = ("data", "grad", "grad_fn", "_rg", "_vc", "__weakref__")
+    # Make ``ndarray <op> Tensor`` defer to our reflected operators instead of broadcasting
+    # the Tensor as an object array.
+    __array_ufunc__ = None
+
+    def __init__(self, data: Any, requires_grad: bool = False, dtype: Any = None) -> None:
+        self.data: np.ndarray = _as_array(data, dtype)
+        self.grad: Tensor | None = None
+        self.grad_fn = None
+        self._rg = False
+        # The version counter is a one-element list so that views can share it.
+        self._vc = [0]
+        if requires_grad:
+            self.requires_grad = True
+
+    @classmethod
+    def _wrap(cls, arr: np.ndarray, grad_fn: Any = None) -> Tensor:
+        """Fast internal constructor: no conversion, no checks."""
+        t = object.__new__(Tensor)
+        t.data = arr
+        t.grad = None
+        t.grad_fn = grad_fn
+        t._rg = grad_fn is not None
+        t._vc = [0]
+        return t
+
+    # ----------------------------------------------------------------- autograd state
+    @property
+    def requires_grad(self) -> bool:
+        return self._rg
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        if value and self.data.dtype.kind != "f":
+            raise RuntimeError(
+                f"only floating-point tensors can require gradients (this one is {self.dtype})"
+            )
+        if not value and self.grad_fn is not None:
+            raise RuntimeError(
+                "you can only change requires_grad of leaf tensors; use .detach() instead"
+            )
+        self._rg = bool(value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def _version(self) -> int:
+        return self._vc[0]
+
+    def backward(
+        self,
+        gradient: Any = None,
+        retain_graph: bool | None = None,
+        create_graph: bool = False,
+    ) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (see minigrad.engine)."""
+        from minigrad import engine
+
+        engine.backward([self], [gradient], retain_graph, create_graph)
+
+    def detach(self) -> Tensor:
+        t = Tensor._wrap(self.data)
+        t._vc = self._vc  # same memory, same version counter
+        return t
+
+    # ----------------------------------------------------------------- plain accessors
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    def dim(self) -> int:
+        return self.data.ndim
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.data.shape if dim is None else self.data.shape[dim]
+
+    def numel(self) -> int:
+        return self.data.size
+
+    def numpy(self) -> np.ndarray:
+        if self._rg:
+            raise RuntimeError(
+                "can't call numpy() on a tensor that requires grad; use tensor.detach().numpy()"
+            )
+        return self.data
+
+    def item(self) -> float:
+        if self.data.size != 1:
+            raise ValueError(f"item() needs a one-element tensor, this one has shape {self.shape}")
+        return self.data.item()
+
+    def tolist(self) -> Any:
+        return self.data.tolist()
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __repr__(self) -> str:
+        extra = ""
+        if self.grad_fn is not None:
+            extra = f", grad_fn=<{type(self.grad_fn).__name__}>"
+        elif self._rg:
+            extra = ", requires_grad=True"
+        return f"tensor({np.array2string(self.data, separator=', ')}, dtype={self.dtype}{extra})"
+
+    # ----------------------------------------------------------------- in-place (no grad)
+    def _check_inplace(self, other: Any = None) -> None:
+        from minigrad.function import is_grad_enabled
+
+        if is_grad_enabled() and (self._rg or (isinstance(other, Tensor) and other._rg)):
+            raise RuntimeError(
+                "minigrad does not record in-place operations: a tensor that requires grad "
+                "was modified in place with grad enabled; use an out-of-place op or no_grad()"
+            )
+
+    def _bump(self) -> Tensor:
+        self._vc[0] += 1
+        return self
+
+    def add_(self, other: Any, alpha: float = 1.0) -> Tensor:
+        self._check_inplace(other)
+        o = other.data if isinstance(other, Tensor) else other
+        self.data += o if alpha == 1.0 else alpha * o
+        return self._bump()
+
+    def sub_(self, other: Any) -> Tensor:
+        return self.add_(other, alpha=-1.0)
+
+    def mul_(self, other: Any) -> Tensor:
+        self._check_inplace(other)
+        self.data *= other.data if isinstance(other, Tensor) else other
+        return self._bump()
+
+    def zero_(self) -> Tensor:
+        self._check_inplace()
+        self.data[...] = 0
+        return self._bump()
+
+    def fill_(self, value: float) -> Tensor:
+        self._check_inplace()
+        self.data[...] = value
+        return self._bump()
+
+    def copy_(self, src: Any) -> Tensor:
+        self._check_inplace(src)
+        self.data[...] = src.data if isinstance(src, Tensor) else src
+        return self._bump()
+
+    # ----------------------------------------------------------------- differentiable ops
+    def __add__(self, other: Any) -> Tensor:
+        return ops.Add.apply(self, other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        return ops.Add.apply(other, self)
+
+    def __sub__(self, other: Any) -> Tensor:
+        return ops.Sub.apply(self, other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return ops.Sub.apply(other, self)
+
+    def __mul__(self, other: Any) -> Tensor:
+        return ops.Mul.apply(self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return ops.Mul.apply(other, self)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        return ops.Div.apply(self, other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return ops.Div.apply(other, self)
+
+    def __neg__(self) -> Tensor:
+        return ops.Neg.apply(self)
+
+    def __pow__(self, exponent: Any) -> Tensor:
+        return ops.Pow.apply(self, exponent)
+
+    def __rpow__(self, base: Any) -> Tensor:
+        return ops.Pow.apply(base, self)
+
+    def __matmul__(self, other: Any) -> Tensor:
+        return ops.MatMul.apply(self, other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        return ops.MatMul.apply(other, self)
+
+    def __getitem__(self, key: Any) -> Tensor:
+        return ops.Index.apply(self, key)
+
+    # Comparisons are not differentiable: they return plain boolean arrays.
+    def __gt__(self, other: Any) -> np.ndarray:
+        return self.data > (other.data if isinstance(other, Tensor) else other)
+
+    def __lt__(self, other: Any) -> np.ndarray:
+        return self.data < (other.data if isinstance(other, Tensor) else other)
+
+    # Identity semantics for == keep Tensors usable as dict keys (the engine relies on it).
+    __hash__ = object.__hash__
+
+    def add(self, other: Any) -> Tensor:
+        return ops.Add.apply(self, other)
+
+    def sub(self, other: Any) -> Tensor:
+        return ops.Sub.apply(self, other)
+
+    def mul(self, other: Any) -> Tensor:
+        return ops.Mul.apply(self, other)
+
+    def div(self, other: Any) -> Tensor:
+        return ops.Div.apply(self, other)
+
+    def neg(self) -> Tensor:
+        return ops.Neg.apply(self)
+
+    def pow(self, exponent: Any) -> Tensor:
+        return ops.Pow.apply(self, exponent)
+
+    def matmul(self, other: Any) -> Tensor:
+        return ops.MatMul.apply(self, other)
+
+    def exp(self) -> Tensor:
+        return ops.Exp.apply(self)
+
+    def log(self) -> Tensor:
+        return ops.Log.apply(self)
+
+    def tanh(self) -> Tensor:
+        return ops.Tanh.apply(self)
+
+    def sigmoid(self) -> Tensor:
+        return ops.Sigmoid.apply(self)
+
+    def relu(self) -> Tensor:
+        return ops.ReLU.apply(self)
+
+    def sum(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+        return ops.Sum.apply(self, _norm_dim(dim, self.ndim), keepdim)
+
+    def mean(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+        return ops.Mean.apply(self, _norm_dim(dim, self.ndim), keepdim)
+
+    def amax(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+        return ops.Max.apply(self, _norm_dim(dim, self.ndim), keepdim)
+
+    def max(self, dim: int | None = None, keepdim: bool = False) -> Any:
+        """As torch: the maximum value, or ``(values, indices)`` along ``dim``."""
+        if dim is None:
+            return ops.Max.apply(self, None, False)
+        axis = _norm_dim(dim, self.ndim)
+        values = ops.Max.apply(self, axis, keepdim)
+        indices = np.argmax(self.data, axis=axis, keepdims=keepdim)
+        return MaxResult(values, Tensor._wrap(indices))
+
+    def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        axis = None if dim is None else _norm_dim(dim, self.ndim)
+        return Tensor._wrap(np.asarray(np.argmax(self.data, axis=axis, keepdims=keepdim)))
+
+    def softmax(self, dim: int) -> Tensor:
+        return ops.Softmax.apply(self, _norm_dim(dim, self.ndim))
+
+    def log_softmax(self, dim: int) -> Tensor:
+        return ops.LogSoftmax.apply(self, _norm_dim(dim, self.ndim))
+
+    def reshape(self, *shape: Any) -> Tensor:
+        if len(shape) == 1 and isinstance(shape[0], Sequence):
+            shape = tuple(shape[0])
+        return ops.Reshape.apply(self, shape)
+
+    view = reshape
+
+    def flatten(self, start_dim: int = 0) -> Tensor:
+        start = _norm_dim(start_dim, self.ndim)
+        return self.reshape(*self.shape[:start], -1)
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        d = dim if dim >= 0 else dim + self.ndim + 1
+        return self.reshape(*self.shape[:d], 1, *self.shape[d:])
+
+    def permute(self, *dims: Any) -> Tensor:
+        if len(dims) == 1 and isinstance(dims[0], Sequence):
+            dims = tuple(dims[0])
+        if sorted(d % self.ndim for d in dims) != list(range(self.ndim)):
+            raise ValueError(f"permute: {dims} is not a permutation of the {self.ndim} dims")
+        return ops.Permute.apply(self, tuple(d % self.ndim for d in dims))
+
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
+        perm = list(range(self.ndim))
+        d0, d1 = _norm_dim(dim0, self.ndim), _norm_dim(dim1, self.ndim)
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+        return ops.Permute.apply(self, tuple(perm))
+
+    @property
+    def T(self) -> Tensor:
+        return ops.Permute.apply(self, tuple(reversed(range(self.ndim))))
+
+    @property
+    def mT(self) -> Tensor:
+        if self.ndim < 2:
+            raise ValueError(f"mT needs at least 2 dims, got shape {self.shape}")
+        return self.transpose(-2, -1)
+
+    def expand(self, *shape: Any) -> Tensor:
+        if len(shape) == 1 and isinstance(shape[0], Sequence):
+            shape = tuple(shape[0])
+        return ops.BroadcastTo.apply(self, tuple(shape))
+
+
+def _norm_dim(dim: Any, ndim: int) -> Any:
+    """Normalise an int / sequence / None dim argument; out-of-range dims name the tensor rank."""
+    if dim is None:
+        return None
+    if isinstance(dim, Sequence):
+        return tuple(_norm_dim(d, ndim) for d in dim)
+    lo = -max(ndim, 1)
+    if not lo <= dim < max(ndim, 1):
+        raise IndexError(f"dim {dim} is out of range for a tensor with {ndim} dims")
+    return dim % max(ndim, 1) if ndim else 0
+
+
+def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """Build a Tensor (copying like torch.tensor). Lists/scalars default to float32."""
+    arr = np.array(_as_array(data, dtype), copy=True)
+    return Tensor(arr, requires_grad=requires_grad)
+
+
+from minigrad import ops  # noqa: E402  (ops needs Tensor defined first)

@@ -1,0 +1,131 @@
+"""Benchmark: warp_softmax vs F.softmax, CPU (all of torch's threads) and CUDA when present.
+
+    python bench.py            # full grid, writes results/bench.json and results/bench.png
+    python bench.py --quick    # a few shapes, for a smoke run
+
+Medians of interleaved calls in one process; speedup = F.softmax time / warp_softmax time;
+GB/s counts each tensor read or written once (forward: x, y; backward adds g, y, dx).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+LAB_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(LAB_DIR))
+
+import warp_softmax  # noqa: E402
+from warp_softmax.benchmark import (  # noqa: E402
+    BenchResult,
+    copy_bandwidth_gbps,
+    plot_speedups,
+    run_grid,
+)
+
+FULL_ROW_LENGTHS = [7, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768]
+QUICK_ROW_LENGTHS = [128, 1024, 4096, 32768]
+
+
+def print_result(r: BenchResult) -> None:
+    print(
+        f"{r.device:4} {r.dtype:8} {r.mode:16} {r.rows:6d} x {r.row_length:<6d} "
+        f"warp {r.ours_ms:8.3f} ms  F.softmax {r.torch_ms:8.3f} ms  "
+        f"speedup {r.speedup:5.2f}x  {r.ours_gbps:6.1f} vs {r.torch_gbps:6.1f} GB/s",
+        flush=True,
+    )
+
+
+def cpu_summary(results: list[BenchResult]) -> dict:
+    """The targets: >= 1.2x at n >= 4096 in float32, never below 0.95x anywhere."""
+    f32_long = [r.speedup for r in results if r.dtype == "float32" and r.row_length >= 4096]
+    return {
+        "min_speedup_float32_n_ge_4096": min(f32_long) if f32_long else None,
+        "min_speedup_overall": min(r.speedup for r in results),
+        "target_1_2x_met": bool(f32_long) and min(f32_long) >= 1.2,
+        "floor_0_95x_met": min(r.speedup for r in results) >= 0.95,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few shapes, fewer repetitions")
+    parser.add_argument("--out", type=Path, default=LAB_DIR / "results", help="output folder")
+    parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
+    args = parser.parse_args()
+
+    row_lengths = QUICK_ROW_LENGTHS if args.quick else FULL_ROW_LENGTHS
+    modes = ["forward", "forward+backward"]
+    dtypes = [torch.float32, torch.bfloat16]
+    report: dict = {
+        "command": "python bench.py" + (" --quick" if args.quick else ""),
+        "torch": torch.__version__,
+        "machine": platform.processor() or platform.machine(),
+        "cpu_threads": torch.get_num_threads(),
+        "cpu_kernel": warp_softmax.cpu_capability(),
+        "threads_used_by_kernel": warp_softmax.threads_used(1024, 4096),
+        "results": [],
+    }
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, kernel "
+        f"{warp_softmax.cpu_capability()}, parallel_for uses "
+        f"{report['threads_used_by_kernel']} threads"
+    )
+    all_results: list[BenchResult] = []
+    if args.device in ("cpu", "all"):
+        cpu = run_grid(
+            "cpu",
+            row_lengths,
+            dtypes,
+            modes,
+            elements=1 << 20,
+            reps=15 if args.quick else 40,
+            progress=print_result,
+        )
+        report["cpu_summary"] = cpu_summary(cpu)
+        all_results += cpu
+    if args.device in ("cuda", "all") and torch.cuda.is_available():
+        copy_gbps = copy_bandwidth_gbps("cuda")
+        print(f"CUDA {torch.cuda.get_device_name()}: copy bandwidth {copy_gbps:.0f} GB/s")
+        gpu = run_grid(
+            "cuda",
+            row_lengths,
+            dtypes + [torch.float16],
+            modes,
+            elements=1 << 26,
+            reps=20 if args.quick else 50,
+            progress=print_result,
+        )
+        f32_long = [r for r in gpu if r.row_length >= 4096 and r.mode == "forward"]
+        report["cuda_summary"] = {
+            "device": torch.cuda.get_device_name(),
+            "copy_bandwidth_gbps": copy_gbps,
+            "min_speedup_forward_n_ge_4096": min(r.speedup for r in f32_long),
+            "min_fraction_of_copy_bandwidth_forward_n_ge_4096": min(
+                r.ours_gbps / copy_gbps for r in f32_long
+            ),
+        }
+        all_results += gpu
+    report["results"] = [r.as_dict() for r in all_results]
+    args.out.mkdir(parents=True, exist_ok=True)
+    suffix = "-quick" if args.quick else ""
+    json_path = args.out / f"bench{suffix}.json"
+    json_path.write_text(json.dumps(report, indent=2))
+    png_path = plot_speedups(
+        all_results,
+        args.out / f"bench{suffix}.png",
+        f"warp_softmax vs F.softmax ({report['cpu_threads']} CPU threads, {report['cpu_kernel']})",
+    )
+    for key in ("cpu_summary", "cuda_summary"):
+        if key in report:
+            print(key, json.dumps(report[key], indent=1))
+    print(f"wrote {json_path} and {png_path}")
+
+
+if __name__ == "__main__":
+    main()

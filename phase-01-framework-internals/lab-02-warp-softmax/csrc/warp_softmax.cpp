@@ -1,0 +1,399 @@
+// warp_softmax: a softmax operator registered with the PyTorch dispatcher.
+//
+// Everything the op needs lives in this library, so torch.ops.load_library("warp_softmax.so")
+// alone makes it work in a process that never imports the Python package:
+//   TORCH_LIBRARY            the schemas (the op's public contract)
+//   ... CPU                  checks, then the SIMD kernel chosen at run time, rows in parallel
+//   ... Meta                 shapes/dtypes only: what torch.compile and FakeTensor run
+//   ... Autograd             forward saves the output; backward calls softmax_backward, whose
+//                            own Autograd kernel makes double backward work
+//   ... AutocastCPU/CUDA     the casting policy F.softmax has under torch.autocast
+// The CUDA kernels and their TORCH_LIBRARY_IMPL(..., CUDA) live in warp_softmax_cuda.cu and are
+// compiled only where the installed torch has CUDA.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/env.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "checks.h"
+#include "kernel_table.h"
+
+namespace warp_softmax {
+
+using at::Tensor;
+
+// ---------------------------------------------------------------------------------------------
+// Shared checks (declared in checks.h; the CUDA file uses them too).
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+bool is_supported_dtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf;
+}
+}  // namespace
+
+void check_dtype(const Tensor& t, const char* op, const char* arg) {
+  TORCH_CHECK_NOT_IMPLEMENTED(is_supported_dtype(t.scalar_type()), op, ": ", arg,
+                              " must be float32, float64, bfloat16 or float16, got ",
+                              t.scalar_type());
+  TORCH_CHECK(t.layout() == at::kStrided, op, ": ", arg, " must be a strided (dense) tensor, got ",
+              t.layout());
+}
+
+int64_t wrap_dim(const Tensor& t, int64_t dim) { return c10::maybe_wrap_dim(dim, t.dim()); }
+
+void check_backward_inputs(const Tensor& grad_output, const Tensor& output) {
+  constexpr const char* op = "warp_softmax::softmax_backward";
+  check_dtype(grad_output, op, "grad_output");
+  check_dtype(output, op, "output");
+  TORCH_CHECK(grad_output.scalar_type() == output.scalar_type(), op,
+              ": grad_output and output must have the same dtype, got ",
+              grad_output.scalar_type(), " and ", output.scalar_type());
+  TORCH_CHECK(grad_output.device() == output.device(), op,
+              ": grad_output and output must be on the same device, got ", grad_output.device(),
+              " and ", output.device());
+  TORCH_CHECK(grad_output.sym_sizes() == output.sym_sizes(), op,
+              ": grad_output and output must have the same shape, got ", grad_output.sym_sizes(),
+              " and ", output.sym_sizes());
+}
+
+Tensor with_dim_last(const Tensor& t, int64_t dim) {
+  if (t.dim() == 0) return t.reshape({1});
+  return t.movedim(dim, -1).contiguous();
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Run-time choice of the CPU kernel variant.
+// ---------------------------------------------------------------------------------------------
+
+bool cpu_has_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         cpu_has_avx2();
+#else
+  return false;
+#endif
+}
+
+// The variants this build has and this CPU can run, widest first.
+std::vector<const cpu::KernelTable*> runnable_kernels() {
+  std::vector<const cpu::KernelTable*> tables;
+#if defined(WARP_SOFTMAX_HAVE_AVX512)
+  if (cpu_has_avx512()) tables.push_back(&cpu::kernels_avx512());
+#endif
+#if defined(WARP_SOFTMAX_HAVE_AVX2)
+  if (cpu_has_avx2()) tables.push_back(&cpu::kernels_avx2());
+#endif
+  tables.push_back(&cpu::kernels_default());
+  return tables;
+}
+
+// The widest runnable variant, or the one named by WARP_SOFTMAX_CPU_CAPABILITY (like ATen's
+// ATEN_CPU_CAPABILITY) so that tests can exercise the narrower ones on a wide CPU.
+const cpu::KernelTable& choose_kernels() {
+  const auto tables = runnable_kernels();
+  const auto requested = c10::utils::get_env("WARP_SOFTMAX_CPU_CAPABILITY");
+  if (!requested.has_value() || requested->empty()) return *tables.front();
+  std::string names;
+  for (const auto* t : tables) {
+    if (*requested == t->capability) return *t;
+    names += std::string(names.empty() ? "" : ", ") + t->capability;
+  }
+  TORCH_CHECK(false, "warp_softmax: WARP_SOFTMAX_CPU_CAPABILITY=", *requested,
+              " is not available in this build on this CPU; choose one of: ", names);
+}
+
+const cpu::KernelTable& cpu_kernels() {
+  static const cpu::KernelTable& table = choose_kernels();
+  return table;
+}
+
+template <typename T>
+cpu::ForwardRows<T> forward_kernel(const cpu::KernelTable& k);
+template <>
+cpu::ForwardRows<float> forward_kernel(const cpu::KernelTable& k) { return k.forward_float; }
+template <>
+cpu::ForwardRows<double> forward_kernel(const cpu::KernelTable& k) { return k.forward_double; }
+template <>
+cpu::ForwardRows<c10::BFloat16> forward_kernel(const cpu::KernelTable& k) {
+  return k.forward_bfloat16;
+}
+template <>
+cpu::ForwardRows<c10::Half> forward_kernel(const cpu::KernelTable& k) { return k.forward_half; }
+
+template <typename T>
+cpu::BackwardRows<T> backward_kernel(const cpu::KernelTable& k);
+template <>
+cpu::BackwardRows<float> backward_kernel(const cpu::KernelTable& k) { return k.backward_float; }
+template <>
+cpu::BackwardRows<double> backward_kernel(const cpu::KernelTable& k) {
+  return k.backward_double;
+}
+template <>
+cpu::BackwardRows<c10::BFloat16> backward_kernel(const cpu::KernelTable& k) {
+  return k.backward_bfloat16;
+}
+template <>
+cpu::BackwardRows<c10::Half> backward_kernel(const cpu::KernelTable& k) {
+  return k.backward_half;
+}
+
+// Rows per parallel task: enough elements (~32K) that a task outweighs the scheduling cost,
+// so tiny tensors stay on one thread and large ones spread over all of them.
+int64_t rows_per_task(int64_t row_length) {
+  constexpr int64_t kElementsPerTask = 32768;
+  return std::max<int64_t>(1, kElementsPerTask / std::max<int64_t>(1, row_length));
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU kernels (the dispatcher's CPU key).
+// ---------------------------------------------------------------------------------------------
+
+Tensor softmax_cpu(const Tensor& self, int64_t dim) {
+  check_dtype(self, "warp_softmax::softmax", "self");
+  TORCH_CHECK(self.device().is_cpu(), "warp_softmax::softmax: the CPU kernel got a tensor on ",
+              self.device());
+  const int64_t d = wrap_dim(self, dim);
+  Tensor output = at::empty(self.sizes(), self.options());  // contiguous, as F.softmax's
+  if (self.numel() == 0) return output;
+  const bool dim_is_last = self.dim() == 0 || d == self.dim() - 1;
+  // Softmax over an inner dimension runs on a transposed contiguous copy (one extra copy
+  // each way); the last-dimension case, the common one, works in place on `output`.
+  const Tensor input = with_dim_last(self, d);
+  Tensor result = dim_is_last ? output : at::empty(input.sizes(), input.options());
+  const int64_t row_length = input.size(-1);
+  const int64_t rows = input.numel() / row_length;
+  const auto& table = cpu_kernels();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, self.scalar_type(), "softmax_cpu", [&] {
+    const auto kernel = forward_kernel<scalar_t>(table);
+    const scalar_t* in = input.const_data_ptr<scalar_t>();
+    scalar_t* out = result.mutable_data_ptr<scalar_t>();
+    at::parallel_for(0, rows, rows_per_task(row_length), [&](int64_t begin, int64_t end) {
+      kernel(in + begin * row_length, out + begin * row_length, end - begin, row_length);
+    });
+  });
+  if (!dim_is_last) output.copy_(result.movedim(-1, d));
+  return output;
+}
+
+Tensor softmax_backward_cpu(const Tensor& grad_output, const Tensor& output, int64_t dim) {
+  check_backward_inputs(grad_output, output);
+  TORCH_CHECK(output.device().is_cpu(),
+              "warp_softmax::softmax_backward: the CPU kernel got a tensor on ", output.device());
+  const int64_t d = wrap_dim(output, dim);
+  Tensor grad_input = at::empty(output.sizes(), output.options());
+  if (output.numel() == 0) return grad_input;
+  const bool dim_is_last = output.dim() == 0 || d == output.dim() - 1;
+  const Tensor g = with_dim_last(grad_output, d);
+  const Tensor y = with_dim_last(output, d);
+  Tensor result = dim_is_last ? grad_input : at::empty(y.sizes(), y.options());
+  const int64_t row_length = y.size(-1);
+  const int64_t rows = y.numel() / row_length;
+  const auto& table = cpu_kernels();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kBFloat16, at::kHalf, output.scalar_type(), "softmax_backward_cpu", [&] {
+        const auto kernel = backward_kernel<scalar_t>(table);
+        const scalar_t* gp = g.const_data_ptr<scalar_t>();
+        const scalar_t* yp = y.const_data_ptr<scalar_t>();
+        scalar_t* dx = result.mutable_data_ptr<scalar_t>();
+        at::parallel_for(0, rows, rows_per_task(row_length), [&](int64_t begin, int64_t end) {
+          const int64_t offset = begin * row_length;
+          kernel(gp + offset, yp + offset, dx + offset, end - begin, row_length);
+        });
+      });
+  if (!dim_is_last) grad_input.copy_(result.movedim(-1, d));
+  return grad_input;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Meta kernels: no data, only the output's shape, dtype and strides. torch.compile traces with
+// FakeTensors whose sizes may be symbolic (dynamic=True), hence sym_sizes / empty_symint.
+// ---------------------------------------------------------------------------------------------
+
+Tensor softmax_meta(const Tensor& self, int64_t dim) {
+  check_dtype(self, "warp_softmax::softmax", "self");
+  wrap_dim(self, dim);
+  return at::empty_symint(self.sym_sizes(), self.options());
+}
+
+Tensor softmax_backward_meta(const Tensor& grad_output, const Tensor& output, int64_t dim) {
+  check_backward_inputs(grad_output, output);
+  wrap_dim(output, dim);
+  return at::empty_symint(output.sym_sizes(), output.options());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Autograd. The forward redispatches below the Autograd key to whichever backend kernel fits
+// the tensor (CPU, CUDA, Meta); the backward is itself an op with its own Autograd kernel.
+// ---------------------------------------------------------------------------------------------
+
+Tensor call_softmax(const Tensor& self, int64_t dim) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("warp_softmax::softmax", "")
+                             .typed<Tensor(const Tensor&, int64_t)>();
+  return op.call(self, dim);
+}
+
+Tensor call_softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t dim) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("warp_softmax::softmax_backward", "")
+                             .typed<Tensor(const Tensor&, const Tensor&, int64_t)>();
+  return op.call(grad_output, output, dim);
+}
+
+class SoftmaxFunction : public torch::autograd::Function<SoftmaxFunction> {
+ public:
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& self, int64_t dim) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    Tensor output = call_softmax(self, dim);
+    ctx->save_for_backward({output});
+    ctx->saved_data["dim"] = dim;
+    return output;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const Tensor output = ctx->get_saved_variables()[0];
+    const int64_t dim = ctx->saved_data["dim"].toInt();
+    if (!at::GradMode::is_enabled()) {
+      // A plain backward (no create_graph): skip softmax_backward's own autograd layer.
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      return {call_softmax_backward(grads[0], output, dim), Tensor()};
+    }
+    return {call_softmax_backward(grads[0], output, dim), Tensor()};
+  }
+};
+
+// dx = y * (g - sum(g * y)). Its derivatives, for an incoming gradient u of dx:
+//   d/dg = y * (u - sum(u * y))             = softmax_backward(u, y)  (differentiable again)
+//   d/dy = u * (g - sum(g * y)) - g * sum(u * y)                      (plain ATen ops)
+class SoftmaxBackwardFunction : public torch::autograd::Function<SoftmaxBackwardFunction> {
+ public:
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& grad_output,
+                        const Tensor& output, int64_t dim) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    ctx->save_for_backward({grad_output, output});
+    ctx->saved_data["dim"] = dim;
+    return call_softmax_backward(grad_output, output, dim);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor& g = saved[0];
+    const Tensor& y = saved[1];
+    const int64_t dim = ctx->saved_data["dim"].toInt();
+    const Tensor& u = grads[0];
+    Tensor grad_g, grad_y;
+    if (ctx->needs_input_grad(0)) grad_g = call_softmax_backward(u, y, dim);
+    if (ctx->needs_input_grad(1)) {
+      const Tensor gy = (g * y).sum(dim, /*keepdim=*/true);
+      const Tensor uy = (u * y).sum(dim, /*keepdim=*/true);
+      grad_y = u * (g - gy) - g * uy;
+    }
+    return {grad_g, grad_y, Tensor()};
+  }
+};
+
+Tensor softmax_autograd(const Tensor& self, int64_t dim) {
+  return SoftmaxFunction::apply(self, dim);
+}
+
+Tensor softmax_backward_autograd(const Tensor& grad_output, const Tensor& output, int64_t dim) {
+  return SoftmaxBackwardFunction::apply(grad_output, output, dim);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Autocast: the same policy as F.softmax. On CUDA softmax is on autocast's float32 list (a
+// float16 input gives a float32 result); on CPU autocast leaves softmax alone.
+// ---------------------------------------------------------------------------------------------
+
+Tensor softmax_autocast_cuda(const Tensor& self, int64_t dim) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
+  return call_softmax(at::autocast::cached_cast(at::kFloat, self, c10::DeviceType::CUDA), dim);
+}
+
+Tensor softmax_autocast_cpu(const Tensor& self, int64_t dim) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);
+  return call_softmax(self, dim);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Introspection, for tests and the demo: which SIMD variant runs, and how many threads the
+// kernel's parallel_for really uses for a given shape.
+// ---------------------------------------------------------------------------------------------
+
+std::string cpu_capability() { return cpu_kernels().capability; }
+
+std::vector<std::string> cpu_capabilities() {
+  std::vector<std::string> names;
+  for (const auto* t : runnable_kernels()) names.emplace_back(t->capability);
+  return names;
+}
+
+int64_t threads_used(int64_t rows, int64_t row_length) {
+  TORCH_CHECK(rows >= 0 && row_length >= 1,
+              "warp_softmax::_threads_used: need rows >= 0 and row_length >= 1, got ", rows,
+              " and ", row_length);
+  std::mutex mutex;
+  std::set<int> thread_ids;
+  at::parallel_for(0, rows, rows_per_task(row_length), [&](int64_t, int64_t) {
+    std::lock_guard<std::mutex> lock(mutex);
+    thread_ids.insert(at::get_thread_num());
+  });
+  return static_cast<int64_t>(thread_ids.size());
+}
+
+}  // namespace
+
+TORCH_LIBRARY(warp_softmax, m) {
+  m.def("softmax(Tensor self, int dim=-1) -> Tensor");
+  m.def("softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor");
+  m.def("cpu_capability() -> str", &cpu_capability);
+  m.def("cpu_capabilities() -> str[]", &cpu_capabilities);
+  m.def("_threads_used(int rows, int row_length) -> int", &threads_used);
+}
+
+TORCH_LIBRARY_IMPL(warp_softmax, CPU, m) {
+  m.impl("softmax", &softmax_cpu);
+  m.impl("softmax_backward", &softmax_backward_cpu);
+}
+
+TORCH_LIBRARY_IMPL(warp_softmax, Meta, m) {
+  m.impl("softmax", &softmax_meta);
+  m.impl("softmax_backward", &softmax_backward_meta);
+}
+
+TORCH_LIBRARY_IMPL(warp_softmax, Autograd, m) {
+  m.impl("softmax", &softmax_autograd);
+  m.impl("softmax_backward", &softmax_backward_autograd);
+}
+
+TORCH_LIBRARY_IMPL(warp_softmax, AutocastCPU, m) { m.impl("softmax", &softmax_autocast_cpu); }
+
+TORCH_LIBRARY_IMPL(warp_softmax, AutocastCUDA, m) { m.impl("softmax", &softmax_autocast_cuda); }
+
+}  // namespace warp_softmax

@@ -1,0 +1,163 @@
+"""Benchmark core shared by bench.py and the demo section: warp_softmax against F.softmax in
+the same process, interleaved call by call so both see the same machine load, reported as
+medians, speedup ratios (F.softmax time / warp_softmax time) and effective GB/s."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from . import softmax
+
+# Bytes moved per element, counting each tensor read or written once.
+BYTES_PER_ELEMENT_FACTOR = {"forward": 2, "forward+backward": 5}  # fwd: x,y; bwd: +g,y,dx
+
+
+@dataclass
+class BenchResult:
+    device: str
+    dtype: str
+    mode: str  # "forward" or "forward+backward"
+    rows: int
+    row_length: int
+    ours_ms: float  # median
+    torch_ms: float  # median
+    speedup: float  # torch_ms / ours_ms
+    ours_gbps: float
+    torch_gbps: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _time_interleaved(
+    fns: list[Callable[[], object]], device: str, reps: int, warmup: int
+) -> list[float]:
+    """Median seconds per call of each fn; calls alternate (and their order flips every
+    repetition) so slow phases of a shared machine hit every fn alike."""
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    _synchronize(device)
+    samples: list[list[float]] = [[] for _ in fns]
+    for rep in range(reps):
+        order = range(len(fns)) if rep % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
+            _synchronize(device)
+            start = time.perf_counter()
+            fns[i]()
+            _synchronize(device)
+            samples[i].append(time.perf_counter() - start)
+    return [statistics.median(s) for s in samples]
+
+
+def _workload(fn, x: torch.Tensor, grad: torch.Tensor, mode: str) -> Callable[[], object]:
+    if mode == "forward":
+        return lambda: fn(x, -1)
+
+    def forward_backward() -> None:
+        leaf = x.detach().requires_grad_()
+        fn(leaf, -1).backward(grad)
+
+    return forward_backward
+
+
+def bench_one(
+    device: str, dtype: torch.dtype, mode: str, rows: int, row_length: int, reps: int
+) -> BenchResult:
+    if mode not in BYTES_PER_ELEMENT_FACTOR:
+        raise ValueError(f"mode must be one of {list(BYTES_PER_ELEMENT_FACTOR)}, got {mode!r}")
+    x = torch.randn(rows, row_length, device=device).to(dtype)
+    grad = torch.randn_like(x)
+    ours, theirs = _time_interleaved(
+        [_workload(softmax, x, grad, mode), _workload(F.softmax, x, grad, mode)],
+        device,
+        reps=reps,
+        warmup=max(2, reps // 5),
+    )
+    nbytes = BYTES_PER_ELEMENT_FACTOR[mode] * x.numel() * x.element_size()
+    return BenchResult(
+        device=device,
+        dtype=str(dtype).removeprefix("torch."),
+        mode=mode,
+        rows=rows,
+        row_length=row_length,
+        ours_ms=ours * 1e3,
+        torch_ms=theirs * 1e3,
+        speedup=theirs / ours,
+        ours_gbps=nbytes / ours / 1e9,
+        torch_gbps=nbytes / theirs / 1e9,
+    )
+
+
+def run_grid(
+    device: str,
+    row_lengths: list[int],
+    dtypes: list[torch.dtype],
+    modes: list[str],
+    elements: int,
+    reps: int,
+    progress: Callable[[BenchResult], None] | None = None,
+) -> list[BenchResult]:
+    """Every (dtype, mode, row_length) with rows = elements // row_length (at least 1)."""
+    results = []
+    for dtype in dtypes:
+        for mode in modes:
+            for n in row_lengths:
+                result = bench_one(device, dtype, mode, max(1, elements // n), n, reps)
+                results.append(result)
+                if progress is not None:
+                    progress(result)
+    return results
+
+
+def copy_bandwidth_gbps(device: str, elements: int = 1 << 27, reps: int = 20) -> float:
+    """The device's measured copy bandwidth (bytes read + written per second), the ceiling a
+    memory-bound kernel such as softmax can approach."""
+    src = torch.empty(elements, device=device, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    (seconds,) = _time_interleaved([lambda: dst.copy_(src)], device, reps=reps, warmup=3)
+    return 2 * src.numel() * src.element_size() / seconds / 1e9
+
+
+def plot_speedups(results: list[BenchResult], path: Path, title: str) -> Path:
+    """Speedup over F.softmax against row length, one line per (dtype, mode)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    keys = sorted({(r.device, r.dtype, r.mode) for r in results})
+    for device, dtype, mode in keys:
+        points = sorted(
+            (r.row_length, r.speedup)
+            for r in results
+            if (r.device, r.dtype, r.mode) == (device, dtype, mode)
+        )
+        ax.plot(*zip(*points, strict=True), marker="o", label=f"{device} {dtype} {mode}")
+    ax.axhline(1.0, color="gray", lw=1)
+    ax.axhline(1.2, color="green", lw=1, ls="--", label="CPU target 1.2x (float32, n >= 4096)")
+    ax.axhline(0.95, color="red", lw=1, ls=":", label="floor 0.95x")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("row length (softmax dim)")
+    ax.set_ylabel("speedup vs F.softmax (higher is better)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

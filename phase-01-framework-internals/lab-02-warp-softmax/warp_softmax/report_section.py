@@ -1,0 +1,234 @@
+"""Lab 02's part of the demo report: ``build_section(out_dir, quick)``.
+
+Builds nothing (the Makefile built ``warp_softmax.so``); checks the op against F.softmax, runs
+opcheck, gradcheck, a fresh-process load of the .so alone, torch.compile (full run only), and a
+short benchmark whose speedup-vs-row-length plot goes into ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from phase01_common.report import Check, Image, Section, Table, step
+
+from . import (
+    LIBRARY_PATH,
+    cpu_capabilities,
+    cpu_capability,
+    softmax,
+    threads_used,
+)
+from .benchmark import plot_speedups, run_grid
+from .testing import compare_with_f_softmax
+
+ROW_LENGTHS = [1, 7, 1024, 4096, 32768]
+
+
+def _check_values() -> list[Check]:
+    torch.manual_seed(0)
+    worst = {torch.float32: 0.0, torch.bfloat16: 0.0, torch.float16: 0.0}
+    failures = []
+    for n in ROW_LENGTHS:
+        x = torch.randn(max(2, 8192 // n), 3, n)
+        for dim, layout in [(-1, x), (1, x), (0, x.transpose(0, 2))]:
+            for dtype in worst:
+                tol = {"atol": 1e-6, "rtol": 0.0} if dtype == torch.float32 else {}
+                try:
+                    err = compare_with_f_softmax(layout.to(dtype), dim, **tol)
+                    worst[dtype] = max(worst[dtype], err)
+                except AssertionError as e:
+                    failures.append(f"n={n} dim={dim} {dtype}: {str(e).splitlines()[0]}")
+    return [
+        Check(
+            "float32 equals F.softmax within 1e-6 (rows 1..32768, any dim, transposed)",
+            not any("float32" in f for f in failures),
+            f"max |diff| {worst[torch.float32]:.2e}",
+            "; ".join(f for f in failures if "float32" in f)[:300],
+        ),
+        Check(
+            "bfloat16 / float16 equal F.softmax at torch.testing's tolerances",
+            not any("float32" not in f for f in failures),
+            f"max |diff| bf16 {worst[torch.bfloat16]:.1e}, fp16 {worst[torch.float16]:.1e}",
+            "; ".join(f for f in failures if "float32" not in f)[:300],
+        ),
+    ]
+
+
+def _check_opcheck_and_grads() -> list[Check]:
+    cases = [
+        (torch.randn(4, 8, requires_grad=True), -1),
+        (torch.randn(3, 6, 5).transpose(0, 2).detach().requires_grad_(), 1),
+        (torch.randn(5, 3, dtype=torch.bfloat16, requires_grad=True), 0),
+    ]
+    results = {}
+    for args in cases:
+        for name, status in torch.library.opcheck(
+            torch.ops.warp_softmax.softmax.default, args
+        ).items():
+            results.setdefault(name, set()).add(status)
+    opcheck_ok = len(results) == 4 and all(v == {"SUCCESS"} for v in results.values())
+    x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    grad_ok = torch.autograd.gradcheck(lambda t: softmax(t, -1), (x,)) and (
+        torch.autograd.gradgradcheck(lambda t: softmax(t, -1), (x,))
+    )
+    return [
+        Check(
+            "torch.library.opcheck passes every test utility (inputs require grad)",
+            opcheck_ok,
+            ", ".join(sorted(results)) + f" on {len(cases)} inputs",
+        ),
+        Check("gradcheck and gradgradcheck pass in float64", grad_ok, "3x5 float64, dim=-1"),
+    ]
+
+
+def _check_fresh_process() -> Check:
+    code = textwrap.dedent(
+        f"""
+        import json, sys, torch
+        torch.ops.load_library({str(LIBRARY_PATH)!r})
+        x = torch.randn(4, 4096, requires_grad=True)
+        y = torch.ops.warp_softmax.softmax(x, -1)
+        y.sum().backward()
+        print(json.dumps({{"err": (y.detach() - torch.softmax(x.detach(), -1)).abs().max().item(),
+                          "package": "warp_softmax" in sys.modules}}))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=os.environ
+    )
+    ok = proc.returncode == 0
+    result = json.loads(proc.stdout.strip().splitlines()[-1]) if ok else {}
+    ok = ok and result["err"] <= 1e-6 and not result["package"]
+    return Check(
+        "torch.ops.load_library(warp_softmax.so) alone works in a fresh process",
+        ok,
+        f"forward+backward, max |diff| {result.get('err', float('nan')):.1e}",
+        "" if ok else proc.stderr[-300:],
+    )
+
+
+def _check_compile() -> Check:
+    def model(x):
+        return (softmax(x, -1) * torch.arange(x.shape[-1])).sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    ok = True
+    for rows in (8, 12):
+        x = torch.randn(rows, 32, requires_grad=True)
+        (g_c,) = torch.autograd.grad(compiled(x), x)
+        (g_e,) = torch.autograd.grad(model(x), x)
+        ok = ok and torch.allclose(g_c, g_e, atol=1e-5, rtol=1e-5)
+    return Check(
+        "torch.compile(fullgraph=True, dynamic=True) with backward matches eager",
+        ok,
+        "2 shapes, no graph break (fullgraph)",
+    )
+
+
+def build_section(out_dir: Path, quick: bool) -> Section:
+    """Run Lab 02's checks and a short benchmark; plots go into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    section = Section(title="Lab 02 — warp_softmax: a custom C++/CUDA operator")
+    widest = cpu_capabilities()[0]
+    section.checks.append(
+        Check(
+            "CPU kernel: widest SIMD variant chosen at run time",
+            cpu_capability() == widest,
+            f"{cpu_capability()} (runnable here: {', '.join(cpu_capabilities())})",
+        )
+    )
+    threads = torch.get_num_threads()
+    used = threads_used(4096, 4096)
+    section.checks.append(
+        Check(
+            "at::parallel_for uses every torch thread (OpenMP compiled in)",
+            used == threads and (threads >= 2 or (os.cpu_count() or 1) < 2),
+            f"{used} of {threads} threads",
+        )
+    )
+    with step("warp_softmax: values vs F.softmax"):
+        section.checks += _check_values()
+    with step("warp_softmax: opcheck, gradcheck"):
+        section.checks += _check_opcheck_and_grads()
+    with step("warp_softmax: load_library in a fresh process"):
+        section.checks.append(_check_fresh_process())
+    if not quick:
+        with step("warp_softmax: torch.compile (about 20 s)"):
+            section.checks.append(_check_compile())
+
+    with step("warp_softmax: benchmark vs F.softmax"):
+        results = run_grid(
+            "cpu",
+            [1024, 4096, 32768] if quick else [128, 1024, 4096, 8192, 32768],
+            [torch.float32, torch.bfloat16],
+            ["forward"] if quick else ["forward", "forward+backward"],
+            elements=1 << 20,
+            reps=10 if quick else 25,
+        )
+    f32_fwd_long = [
+        r for r in results if r.dtype == "float32" and r.mode == "forward" and r.row_length >= 4096
+    ]
+    worst_long = min(r.speedup for r in f32_fwd_long)
+    worst_all = min(results, key=lambda r: r.speedup)
+    section.checks.append(
+        Check(
+            "CPU forward float32 >= 1.2x F.softmax at row length >= 4096",
+            worst_long >= 1.2,
+            f"lowest {worst_long:.2f}x over {len(f32_fwd_long)} shapes (medians)",
+            "benchmark on a shared machine: load varies" if worst_long < 1.2 else "",
+        )
+    )
+    section.checks.append(
+        Check(
+            "never below 0.95x F.softmax (CPU grid)",
+            worst_all.speedup >= 0.95,
+            f"lowest {worst_all.speedup:.2f}x ({worst_all.dtype} {worst_all.mode} "
+            f"n={worst_all.row_length})",
+        )
+    )
+    section.tables.append(
+        Table(
+            title=f"CPU, {threads} threads, kernel {cpu_capability()}: median latency",
+            columns=["dtype", "mode", "rows x n", "warp_softmax ms", "F.softmax ms", "speedup"],
+            rows=[
+                [
+                    r.dtype,
+                    r.mode,
+                    f"{r.rows} x {r.row_length}",
+                    r.ours_ms,
+                    r.torch_ms,
+                    r.speedup,
+                ]
+                for r in results
+            ],
+        )
+    )
+    png = plot_speedups(
+        results,
+        out_dir / "warp_softmax_speedup.png",
+        f"warp_softmax vs F.softmax, CPU ({threads} threads, {cpu_capability()})",
+    )
+    section.images.append(
+        Image(png, "Speedup over F.softmax against row length, float32 and bfloat16 (CPU).")
+    )
+    # F.softmax itself, for a sense of scale, on the same tensor the first check used.
+    x = torch.randn(8, 4096)
+    section.texts.append(
+        (
+            "How to reproduce",
+            "cd phase-01-framework-internals/lab-02-warp-softmax\n"
+            "python test_lab.py      # acceptance tests\n"
+            "python bench.py         # full benchmark -> results/bench.json, results/bench.png\n"
+            f"# sanity: rows sum to {float(softmax(x).sum(-1).mean()):.6f}, "
+            f"F.softmax agrees to {float((softmax(x) - F.softmax(x, -1)).abs().max()):.1e}",
+        )
+    )
+    return section

@@ -1,0 +1,276 @@
+"""``python -m graph_inspector {inspect,convert,demo}``.
+
+Every failure the user can cause (bad path, a folder that is not a SavedModel, a graph the
+converter cannot handle) ends in one line on stderr, ``graph_inspector: error: ...``, and a
+non-zero exit status — never a traceback. Set ``GRAPH_INSPECTOR_DEBUG=1`` to get the traceback.
+Path checks run before TensorFlow is imported, so they answer in well under a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+EXIT_USAGE = 2  # bad path / not a SavedModel / bad arguments
+EXIT_FAILED = 1  # the job ran and failed (unconvertible graph, failing checks)
+
+
+class CliError(Exception):
+    """An error to report in one line; ``exit_code`` says which kind."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m graph_inspector",
+        description="See inside tf.function graphs, explain retracing, convert to TFLite.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("inspect", help="per-signature graph summary of a SavedModel")
+    p.add_argument("savedmodel_dir", help="folder written by tf.saved_model.save")
+    p.add_argument("--json", metavar="FILE", help="write {signature: report} as JSON")
+    p.add_argument("--dot", metavar="FILE", help="write Graphviz DOT (and SVG where dot exists)")
+    p.add_argument("--xla", action="store_true", help="XLA compile time and HLO op counts")
+    p.add_argument("--mlir", action="store_true", help="op counts of the TF-dialect MLIR")
+    p.add_argument("--signature", help="only this signature key (default: all)")
+    p.add_argument("--no-expand", action="store_true", help="keep function calls as one node")
+    p.add_argument("--unknown-dim", type=int, default=1, help="size for None dims (--xla)")
+
+    p = sub.add_parser("convert", help="float32 + dynamic-range TFLite, validated")
+    p.add_argument("savedmodel_dir")
+    p.add_argument("--out", metavar="DIR", help="output folder (default: <savedmodel_dir>_tflite)")
+
+    p = sub.add_parser("demo", help="the whole BERT pipeline end to end, with the graph report")
+    p.add_argument("--quick", action="store_true", help="the fast variant (shorter training)")
+    p.add_argument("--out", metavar="DIR", default="graph_inspector_demo", help="output folder")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    args = build_parser().parse_args(argv)
+    handlers = {"inspect": cmd_inspect, "convert": cmd_convert, "demo": cmd_demo}
+    try:
+        return handlers[args.command](args)
+    except CliError as exc:
+        return _fail(str(exc), exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - the contract: one line, never a traceback
+        if os.environ.get("GRAPH_INSPECTOR_DEBUG"):
+            raise
+        kind = _error_kind(exc)
+        return _fail(f"{kind}{_one_line(exc)}", EXIT_FAILED)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"graph_inspector: error: {message}", file=sys.stderr)
+    return code
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:500] if text else type(exc).__name__
+
+
+def _error_kind(exc: BaseException) -> str:
+    name = type(exc).__name__
+    return "" if name in ("ConversionError", "NotASavedModelError") else f"{name}: "
+
+
+def _checked_savedmodel(path: str) -> Path:
+    """Check the folder (no TensorFlow needed), then import TensorFlow quietly."""
+    from graph_inspector.inspect_graph import NotASavedModelError, check_savedmodel_dir
+
+    try:
+        folder = check_savedmodel_dir(path)
+    except (FileNotFoundError, NotASavedModelError) as exc:
+        raise CliError(str(exc)) from exc
+    import_tensorflow_quietly()
+    return folder
+
+
+def import_tensorflow_quietly() -> None:
+    """Import TensorFlow with file descriptor 2 muted.
+
+    TF's C++ side prints start-up lines (absl pre-init warning, oneDNN notice) straight to fd 2,
+    ignoring TF_CPP_MIN_LOG_LEVEL; muting fd 2 for the import keeps errors to one line. Python
+    exceptions are unaffected: if the import fails, main() still reports it in one line.
+    """
+    if "tensorflow" in sys.modules:
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import tensorflow  # noqa: F401
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    import json
+
+    folder = _checked_savedmodel(args.savedmodel_dir)
+    from graph_inspector.inspect_graph import NotASavedModelError, inspect_savedmodel
+
+    try:
+        reports = inspect_savedmodel(folder, expand_calls=not args.no_expand)
+    except NotASavedModelError as exc:
+        raise CliError(str(exc)) from exc
+    if args.signature:
+        if args.signature not in reports:
+            raise CliError(
+                f"no signature {args.signature!r} in {folder}; it has: {', '.join(reports)}"
+            )
+        reports = {args.signature: reports[args.signature]}
+    for key, report in reports.items():
+        print(f"== signature {key!r}")
+        print(report.summary())
+        if args.xla:
+            _print_xla(report, args.unknown_dim)
+        if args.mlir:
+            _print_mlir(report)
+        print()
+    if args.json:
+        payload = {key: r.to_dict() for key, r in reports.items()}
+        Path(args.json).write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {args.json}")
+    if args.dot:
+        for key, report in reports.items():
+            target = Path(args.dot)
+            if len(reports) > 1:
+                target = target.with_name(f"{target.stem}_{key}{target.suffix or '.dot'}")
+            target.write_text(report.to_dot())
+            print(f"wrote {target}")
+            import shutil
+            import subprocess
+
+            if shutil.which("dot"):
+                svg = target.with_suffix(".svg")
+                subprocess.run(["dot", "-Tsvg", "-o", str(svg), str(target)], check=True)
+                print(f"wrote {svg}")
+    return 0
+
+
+def _print_xla(report: Any, unknown_dim: int) -> None:
+    from graph_inspector.inspect_graph import example_inputs, xla_stats
+
+    signature = report.concrete_function
+    names = sorted(signature.structured_input_signature[1])
+    inputs = example_inputs(signature, unknown_dim)
+
+    def call(*tensors: Any) -> Any:
+        return signature(**dict(zip(names, tensors, strict=True)))
+
+    try:
+        stats = xla_stats(call, *inputs)
+    except Exception as exc:  # noqa: BLE001 - XLA is optional: say why, keep the rest
+        print(f"  XLA: not compiled ({type(exc).__name__}: {_one_line(exc)[:200]})")
+        return
+    top = ", ".join(f"{op} {n}" for op, n in list(stats.hlo_op_counts.items())[:12])
+    print(
+        f"  XLA (jit_compile=True, unknown dims = {unknown_dim}): compile "
+        f"{stats.compile_seconds:.2f} s, run {stats.run_seconds * 1e3:.2f} ms, "
+        f"{stats.hlo_op_total} HLO instructions: {top}"
+    )
+
+
+def _print_mlir(report: Any) -> None:
+    from graph_inspector.inspect_graph import mlir_op_counts
+
+    try:
+        counts = mlir_op_counts(report.concrete_function)
+    except Exception as exc:  # noqa: BLE001 - optional analysis
+        print(f"  MLIR: not converted ({type(exc).__name__}: {_one_line(exc)[:200]})")
+        return
+    top = ", ".join(f"{op} {n}" for op, n in list(counts.items())[:12])
+    print(f"  MLIR (tf.mlir.experimental.convert_function): {sum(counts.values())} ops: {top}")
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    folder = _checked_savedmodel(args.savedmodel_dir)
+    out = Path(args.out) if args.out else folder.with_name(folder.name + "_tflite")
+    try:
+        from graph_inspector.pipeline import convert_savedmodel
+    except ImportError as exc:
+        raise CliError(f"the TFLite pipeline is not available: {exc}", EXIT_FAILED) from exc
+    with native_stderr_captured() as native_log:
+        try:
+            result = convert_savedmodel(folder, out)
+        except Exception:
+            if os.environ.get("GRAPH_INSPECTOR_DEBUG"):
+                sys.stderr.write(native_log.read())
+            raise
+    for name, path in (
+        ("float32", result.float32_path),
+        ("dynamic_range", result.dynamic_range_path),
+    ):
+        v = result.validations.get(name)
+        detail = (
+            f"finite={getattr(v, 'all_finite', '?')} "
+            f"max|TFLite-TF|={getattr(v, 'max_abs_diff', float('nan')):.2e} "
+            f"argmax agreement={getattr(v, 'argmax_agreement', float('nan')):.3f}"
+        )
+        print(f"{name:<14} {path}  {path.stat().st_size / 1e6:.2f} MB  {detail}")
+    return 0
+
+
+class _CapturedLog:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self) -> str:
+        try:
+            with open(self.path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+
+@contextmanager
+def native_stderr_captured() -> Iterator[_CapturedLog]:
+    """Send fd 2 to a temporary file for the block: the TFLite converter's C++/MLIR side writes
+    its diagnostics there directly, and the contract is a one-line error. The text is kept
+    (shown with GRAPH_INSPECTOR_DEBUG=1)."""
+    import tempfile
+
+    sys.stderr.flush()
+    handle, path = tempfile.mkstemp(prefix="graph_inspector_", suffix=".log")
+    saved = os.dup(2)
+    try:
+        os.dup2(handle, 2)
+        yield _CapturedLog(path)
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(handle)
+        if not os.environ.get("GRAPH_INSPECTOR_DEBUG"):
+            os.unlink(path)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import_tensorflow_quietly()
+    from graph_inspector.report_section import build_section
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    section = build_section(out, quick=args.quick)
+    print()
+    print(f"== {section.title}")
+    for check in section.checks:
+        mark = "PASS" if check.passed else "FAIL"
+        print(f"  [{mark}] {check.name}: {check.measured}")
+    print(f"images and files in {out}")
+    return 0 if section.passed else EXIT_FAILED

@@ -1,0 +1,138 @@
+"""Graph fingerprints for the determinism check: ``python -m graph_inspector.fingerprint KIND``
+prints ``{"node_count": N, "sha256": H}`` of the GraphReport JSON of a fixed model, so two
+separate processes can be compared (same code + same inputs must give the same graph).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+KINDS = ("mlp", "bert")
+
+
+def mlp_report(batch: int = 4) -> Any:
+    """A two-layer MLP written with raw variables: MatMul, BiasAdd, Relu, Softmax."""
+    import tensorflow as tf
+
+    from graph_inspector.inspect_graph import trace_and_inspect
+
+    class MLP(tf.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            gen = tf.random.Generator.from_seed(0)
+            self.w1 = tf.Variable(gen.normal([16, 32]), name="w1")
+            self.b1 = tf.Variable(tf.zeros([32]), name="b1")
+            self.w2 = tf.Variable(gen.normal([32, 5]), name="w2")
+            self.b2 = tf.Variable(tf.zeros([5]), name="b2")
+
+        @tf.function
+        def __call__(self, x):
+            h = tf.nn.relu(tf.nn.bias_add(tf.matmul(x, self.w1), self.b1))
+            return tf.nn.softmax(tf.nn.bias_add(tf.matmul(h, self.w2), self.b2))
+
+    mlp = MLP()
+    return trace_and_inspect(mlp.__call__, tf.TensorSpec([batch, 16], tf.float32))
+
+
+def bert_report(seq_len: int = 32, num_labels: int = 5) -> Any:
+    """The BERT-tiny classifier (part B's model), built and traced at [1, seq_len]."""
+    import tensorflow as tf
+
+    from graph_inspector.bert import BertConfig, BertForSequenceClassification
+    from graph_inspector.inspect_graph import trace_and_inspect
+
+    model = BertForSequenceClassification(BertConfig(), num_labels=num_labels)
+    build_eagerly(model, seq_len)
+
+    def classify(input_ids, attention_mask, token_type_ids):
+        return model(input_ids, attention_mask, token_type_ids, training=False)
+
+    spec = tf.TensorSpec([1, seq_len], tf.int32)
+    return trace_and_inspect(classify, spec, spec, spec)
+
+
+def build_eagerly(model: Any, seq_len: int) -> None:
+    """Create the model's variables with tf.function switched off.
+
+    Building inside the model's own tf.function (its first call) leaves a trace that computed
+    the *initial values* instead of reading the variables: later calls at that shape ignore
+    training (the inspector shows it: 0 captured variables, random-initializer ops in the
+    graph). Building eagerly avoids that trace, so the first real trace is at the shape we
+    inspect, static (the model uses reduce_retracing=True, which would relax a second shape
+    to None and leave the cost model without sizes).
+    """
+    import tensorflow as tf
+
+    ids = tf.zeros([1, seq_len], tf.int32)
+    was_eager = tf.config.functions_run_eagerly()
+    tf.config.run_functions_eagerly(True)
+    try:
+        model(ids, tf.ones_like(ids), tf.zeros_like(ids))
+    finally:
+        tf.config.run_functions_eagerly(was_eager)
+
+
+def fingerprint(kind: str) -> dict[str, Any]:
+    if kind not in KINDS:
+        raise ValueError(f"unknown fingerprint kind {kind!r}; choose one of {', '.join(KINDS)}")
+    report = mlp_report() if kind == "mlp" else bert_report()
+    text = report.to_json()
+    return {
+        "kind": kind,
+        "node_count": report.node_count,
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+    }
+
+
+def start_fingerprints(kind: str, processes: int = 2) -> list[subprocess.Popen]:
+    """Start :func:`fingerprint` in separate Python processes (they run concurrently)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown fingerprint kind {kind!r}; choose one of {', '.join(KINDS)}")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="random")
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "graph_inspector.fingerprint", kind],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(processes)
+    ]
+
+
+def collect_fingerprints(procs: list[subprocess.Popen], timeout: float = 300) -> list[dict]:
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        if proc.returncode != 0:
+            tail = err.strip().splitlines()[-1] if err.strip() else "no stderr"
+            raise RuntimeError(f"fingerprint subprocess failed ({proc.returncode}): {tail}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+def fingerprints_in_subprocesses(kind: str, processes: int = 2) -> list[dict[str, Any]]:
+    """Run :func:`fingerprint` in separate Python processes, concurrently; one dict each."""
+    return collect_fingerprints(start_fingerprints(kind, processes))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] not in KINDS:
+        print(
+            f"usage: python -m graph_inspector.fingerprint {{{','.join(KINDS)}}}", file=sys.stderr
+        )
+        return 2
+    print(json.dumps(fingerprint(args[0]), sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    raise SystemExit(main())

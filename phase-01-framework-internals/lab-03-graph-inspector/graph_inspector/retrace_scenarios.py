@@ -1,0 +1,293 @@
+"""Scripted retracing triggers: each one runs fresh tf.functions under the monitor and says what
+must be seen (trace count, and which argument with which cause). The tests and the demo report
+both run these, so what the report shows is what the tests check.
+
+Triggers: new shape, new dtype, new Python value, new closure (a callable argument), a
+tf.function redefined in a loop (closing over a changed value), a Python object that changes
+identity, an unhashable object, a variable created on a later call, and a captured value that
+changes *without* a retrace (the stale-graph bug). Then the three fixes, measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from graph_inspector.retrace import RetraceLog, explain_retracing
+
+
+@dataclass
+class ScenarioResult:
+    name: str
+    log: RetraceLog
+    expected_traces: int
+    # (argument path, cause kind) pairs that must appear among the causes (or warnings).
+    expected_causes: list[tuple[str, str]]
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def traces(self) -> int:
+        return self.log.traces
+
+    @property
+    def tf_tracing_count(self) -> int:
+        return self.log.tracing_count()
+
+    def found(self, arg: str, kind: str) -> bool:
+        for record in self.log.records:
+            for cause in [*record.causes, *record.warnings]:
+                if cause.arg == arg and cause.kind == kind:
+                    return True
+        return False
+
+    @property
+    def passed(self) -> bool:
+        return self.traces == self.expected_traces == self.tf_tracing_count and all(
+            self.found(a, k) for a, k in self.expected_causes
+        )
+
+
+def _tf() -> Any:
+    import tensorflow as tf
+
+    return tf
+
+
+def new_shape() -> ScenarioResult:
+    tf = _tf()
+
+    @tf.function
+    def normalize(x):
+        return x - tf.reduce_mean(x, axis=0)
+
+    with explain_retracing(normalize) as log:
+        normalize(tf.ones([2, 3]))
+        normalize(tf.ones([2, 3]))  # same shape: reuses
+        normalize(tf.ones([4, 3]))  # new batch size: retraces
+    return ScenarioResult("new tensor shape", log, 2, [("x", "shape")])
+
+
+def new_dtype() -> ScenarioResult:
+    tf = _tf()
+
+    @tf.function
+    def double(x):
+        return x * 2
+
+    with explain_retracing(double) as log:
+        double(tf.ones([3], tf.float32))
+        double(tf.ones([3], tf.float64))
+    return ScenarioResult("new tensor dtype", log, 2, [("x", "dtype")])
+
+
+def new_python_value() -> ScenarioResult:
+    tf = _tf()
+
+    @tf.function
+    def dropout_layer(x, training):
+        if training:  # a Python bool: decided at trace time, one graph per value
+            return tf.nn.dropout(x, rate=0.5, seed=1)
+        return x
+
+    with explain_retracing(dropout_layer) as log:
+        dropout_layer(tf.ones([2, 2]), training=False)
+        dropout_layer(tf.ones([2, 2]), training=True)
+        dropout_layer(tf.ones([2, 2]), training=False)  # reuses the first trace
+    return ScenarioResult("new Python value", log, 2, [("training", "python value")])
+
+
+def new_closure_argument() -> ScenarioResult:
+    tf = _tf()
+
+    @tf.function
+    def apply(x, activation):
+        return activation(x)
+
+    def make_scaled(scale: float) -> Callable[[Any], Any]:
+        return lambda t: t * scale
+
+    with explain_retracing(apply) as log:
+        apply(tf.ones([2]), make_scaled(2.0))
+        apply(tf.ones([2]), make_scaled(3.0))  # a new closure object: retraces
+    return ScenarioResult(
+        "new closure (callable argument)", log, 2, [("activation", "new closure")]
+    )
+
+
+def redefined_in_loop() -> ScenarioResult:
+    tf = _tf()
+
+    def scaled(x):
+        return x * scale  # noqa: B023 - the closure over the loop variable is the point
+
+    with explain_retracing(scaled) as log:
+        for scale in (2.0, 3.0, 4.0):  # noqa: B007
+            tf.function(scaled)(tf.ones([2]))  # a new tf.function object every iteration
+    return ScenarioResult(
+        "tf.function redefined in a loop (captured value changes)",
+        log,
+        3,
+        [("<function>", "new tf.function object"), ("<captured> scale", "captured value changed")],
+    )
+
+
+class _Config:
+    """A plain object: hashed by identity, so every new instance is a new cache key."""
+
+    def __init__(self, lr: float) -> None:
+        self.lr = lr
+
+
+class _ValueConfig:
+    """Defines __eq__ without __hash__: Python makes it unhashable, TF cannot key it."""
+
+    def __init__(self, lr: float) -> None:
+        self.lr = lr
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ValueConfig) and other.lr == self.lr
+
+
+def object_identity() -> ScenarioResult:
+    tf = _tf()
+
+    @tf.function
+    def sgd_update(grad, config):
+        return grad * config.lr
+
+    with explain_retracing(sgd_update) as log:
+        sgd_update(tf.ones([2]), _Config(0.1))
+        sgd_update(tf.ones([2]), _Config(0.1))  # equal content, new object: retraces
+    return ScenarioResult("Python object changes identity", log, 2, [("config", "object identity")])
+
+
+def unhashable_object() -> ScenarioResult:
+    tf = _tf()
+
+    @tf.function
+    def sgd_update(grad, config):
+        return grad * config.lr
+
+    errors = []
+    with explain_retracing(sgd_update) as log:
+        config = _Config(0.1)
+        sgd_update(tf.ones([2]), config)
+        sgd_update(tf.ones([2]), config)  # the same object: reuses
+        try:
+            sgd_update(tf.ones([2]), _ValueConfig(0.1))
+        except TypeError as exc:
+            errors.append(str(exc).splitlines()[0])
+    return ScenarioResult(
+        "unhashable Python object", log, 1, [("config", "unhashable")], errors=errors
+    )
+
+
+def variable_on_later_call() -> ScenarioResult:
+    tf = _tf()
+
+    class Scaler(tf.Module):
+        @tf.function
+        def __call__(self, x, learnable):
+            if learnable:
+                self.w = tf.Variable(2.0)  # created on the second trace: not allowed
+                return x * self.w
+            return x
+
+    scaler = Scaler()
+    errors = []
+    with explain_retracing(scaler.__call__) as log:
+        scaler(tf.ones([2]), False)
+        try:
+            scaler(tf.ones([2]), True)
+        except ValueError as exc:
+            errors.append(str(exc).splitlines()[0])
+    return ScenarioResult(
+        "variable created on a later call",
+        log,
+        2,
+        [("<variables>", "variable created on a later call"), ("learnable", "python value")],
+        errors=errors,
+    )
+
+
+def stale_closure() -> ScenarioResult:
+    tf = _tf()
+    threshold = 0.5
+
+    @tf.function
+    def clip(x):
+        return tf.minimum(x, threshold)  # captured at trace time, a graph constant
+
+    with explain_retracing(clip) as log:
+        clip(tf.ones([2]))
+        threshold = 0.9  # noqa: F841 - rebinding the captured name: TF does not retrace
+        clip(tf.ones([2]))
+    return ScenarioResult(
+        "captured value changed, no retrace (stale graph)",
+        log,
+        1,
+        [("<captured> threshold", "stale closure (no retrace)")],
+    )
+
+
+def fix_input_signature() -> ScenarioResult:
+    tf = _tf()
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32)])
+    def normalize(x):
+        return x - tf.reduce_mean(x, axis=0)
+
+    with explain_retracing(normalize) as log:
+        for batch in (2, 4, 8):
+            normalize(tf.ones([batch, 3]))
+    return ScenarioResult("fix: input_signature with None batch", log, 1, [])
+
+
+def fix_reduce_retracing() -> ScenarioResult:
+    tf = _tf()
+
+    @tf.function(reduce_retracing=True)
+    def normalize(x):
+        return x - tf.reduce_mean(x, axis=0)
+
+    with explain_retracing(normalize) as log:
+        for batch in (2, 4, 8, 16):
+            normalize(tf.ones([batch, 3]))
+    # One trace for the first shape, one generalized trace [None, 3] that serves the rest.
+    return ScenarioResult("fix: reduce_retracing=True", log, 2, [("x", "shape")])
+
+
+def fix_tensor_not_python() -> ScenarioResult:
+    tf = _tf()
+
+    @tf.function
+    def scale(x, factor):
+        return x * factor
+
+    with explain_retracing(scale) as log:
+        for factor in (0.5, 1.0, 2.0):
+            scale(tf.ones([2]), tf.constant(factor))  # a tensor: one graph for every value
+    return ScenarioResult("fix: pass a tensor, not a Python number", log, 1, [])
+
+
+TRIGGERS: list[Callable[[], ScenarioResult]] = [
+    new_shape,
+    new_dtype,
+    new_python_value,
+    new_closure_argument,
+    redefined_in_loop,
+    object_identity,
+    unhashable_object,
+    variable_on_later_call,
+    stale_closure,
+]
+FIXES: list[Callable[[], ScenarioResult]] = [
+    fix_input_signature,
+    fix_reduce_retracing,
+    fix_tensor_not_python,
+]
+
+
+def run_all() -> list[ScenarioResult]:
+    return [scenario() for scenario in [*TRIGGERS, *FIXES]]

@@ -1,0 +1,380 @@
+"""Lab 03 part A: graph inspection, cost model, retracing monitor, CLI.
+
+Run: ``python test_lab.py`` in this folder, or ``pytest test_lab.py``. Part B's tests (BERT,
+SavedModel, TFLite) are in ``test_pipeline.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from graph_inspector import cli, retrace_scenarios  # noqa: E402
+from graph_inspector.cost_rules import category  # noqa: E402
+from graph_inspector.inspect_graph import trace_and_inspect  # noqa: E402
+from graph_inspector.retrace import RetraceMonitor, explain_retracing  # noqa: E402
+
+LAB = Path(__file__).resolve().parent
+
+
+def node_of(report, op: str):
+    matches = [n for n in report.nodes if n.op == op]
+    assert matches, f"no {op} node in {[n.op for n in report.nodes]}"
+    return matches[0]
+
+
+# --- retracing -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    retrace_scenarios.TRIGGERS + retrace_scenarios.FIXES,
+    ids=lambda s: s.__name__,
+)
+def test_retrace_scenario_counts_and_causes(scenario):
+    result = scenario()
+    assert result.traces == result.expected_traces, result.log.report()
+    # The monitor's count is TensorFlow's own count, not a separate guess.
+    assert result.tf_tracing_count == result.traces
+    for arg, kind in result.expected_causes:
+        assert result.found(arg, kind), f"missing cause {arg} ({kind}):\n{result.log.report()}"
+
+
+def test_retrace_explanations_say_now_and_before():
+    text = retrace_scenarios.new_shape().log.report()
+    assert "x: now float32[4,3], before float32[2,3]" in text
+    assert "tf.TensorSpec([None, 3], tf.float32)" in text  # the suggested input_signature
+    text = retrace_scenarios.new_python_value().log.report()
+    assert "training: now True, before False" in text
+    text = retrace_scenarios.new_dtype().log.report()
+    assert "x: now float64[3], before float32[3]" in text
+    text = retrace_scenarios.new_closure_argument().log.report()
+    assert "capturing scale=3.0" in text and "capturing scale=2.0" in text
+    text = retrace_scenarios.redefined_in_loop().log.report()
+    assert "hoist the tf.function" in text and "<captured> scale: now 3.0, before 2.0" in text
+
+
+def test_retrace_monitor_wrapping_and_closest_trace():
+    @tf.function
+    def f(x, mode):
+        return x * 2 if mode == "double" else x
+
+    monitor = RetraceMonitor(f)
+    monitor(tf.ones([2]), "double")
+    monitor(tf.ones([3]), "double")  # shape differs from trace 1
+    monitor(tf.ones([2]), "same")  # closest earlier trace is trace 1: only `mode` differs
+    monitor(tf.ones([3]), "double")  # reuses trace 2
+    assert monitor.traces == f.experimental_get_tracing_count() == 3
+    last = monitor.records[2]
+    assert [(c.arg, c.kind) for c in last.causes] == [("mode", "python value")]
+    assert str(last.causes[0]) == "mode: now 'same', before 'double'"
+    assert monitor.records[3].new_traces == 0
+
+
+def test_retrace_monitor_wraps_plain_function_and_rejects_non_callable():
+    monitor = RetraceMonitor(lambda x: x + 1, reduce_retracing=True)
+    for n in (1, 2, 3):
+        monitor(tf.ones([n]))
+    assert monitor.traces == monitor.fn.experimental_get_tracing_count() == 2
+    with pytest.raises(TypeError, match="tf.function or a callable"):
+        RetraceMonitor(42)
+
+
+def test_explain_retracing_restores_tf_function_call():
+    call_before = type(tf.function(lambda: None)).__call__
+    with explain_retracing():
+        pass
+    assert type(tf.function(lambda: None)).__call__ is call_before
+    with pytest.raises(TypeError, match="cannot watch"):
+        with explain_retracing(42):
+            pass
+
+
+# --- graph inspection and cost model -----------------------------------------------------------
+
+
+def test_matmul_flops_is_2mnk_and_honours_transpose():
+    m, k, n = 6, 5, 7
+    report = trace_and_inspect(
+        lambda a, b: tf.matmul(a, b, transpose_b=True),
+        tf.TensorSpec([m, k], tf.float32),
+        tf.TensorSpec([n, k], tf.float32),
+    )
+    mm = node_of(report, "MatMul")
+    assert mm.cost.flops == 2 * m * n * k
+    assert mm.cost.bytes_moved == 4 * (m * k + n * k + m * n)
+
+
+def test_batch_matmul_flops_with_broadcast_batch():
+    b, m, k, n = 3, 4, 5, 6
+    report = trace_and_inspect(
+        tf.matmul, tf.TensorSpec([b, m, k], tf.float32), tf.TensorSpec([k, n], tf.float32)
+    )
+    bmm = node_of(report, "BatchMatMulV2")
+    assert bmm.cost.flops == 2 * b * m * n * k
+
+
+def test_conv2d_elementwise_reduction_softmax_costs():
+    report = trace_and_inspect(
+        lambda x, w: tf.nn.softmax(tf.reduce_sum(tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME")), [1])),
+        tf.TensorSpec([2, 8, 8, 3], tf.float32),
+        tf.TensorSpec([3, 3, 3, 4], tf.float32),
+    )
+    out_elems = 2 * 8 * 8 * 4
+    assert node_of(report, "Conv2D").cost.flops == 2 * out_elems * 3 * 3 * 3
+    assert node_of(report, "Relu").cost.flops == out_elems
+    assert node_of(report, "Sum").cost.flops == out_elems  # one add per input element
+    assert node_of(report, "Softmax").cost.flops == 5 * (2 * 8 * 4)
+    assert report.total_flops == sum(n.cost.flops for n in report.nodes if n.cost)
+
+
+def test_uncostable_ops_are_listed_not_guessed():
+    report = trace_and_inspect(
+        lambda x: tf.matmul(x, tf.ones([3, 2])) + tf.random.stateless_uniform([1, 2], seed=[1, 2]),
+        tf.TensorSpec([None, 3], tf.float32),
+    )
+    mm = node_of(report, "MatMul")
+    assert mm.cost is None and "dynamic shape float32[None,3]" in mm.uncostable_reason
+    rng = [n for n in report.uncostable if n.op.startswith("StatelessRandomUniform")]
+    assert rng and rng[0].uncostable_reason.startswith("no cost rule for op type")
+    listed = json.loads(report.to_json())["uncostable"]
+    assert {u["name"] for u in listed} == {n.name for n in report.uncostable}
+    assert "not costed (listed, not guessed)" in report.summary()
+
+
+def test_report_counts_inputs_outputs_captures():
+    w = tf.Variable(tf.ones([3, 4]))
+    c = tf.constant([1.0, 2.0, 3.0, 4.0])
+
+    @tf.function
+    def f(x, y):
+        return {"z": tf.matmul(x, w) + c, "y2": y * 2}
+
+    report = trace_and_inspect(f, tf.TensorSpec([2, 3], tf.float32), tf.TensorSpec([5], tf.int32))
+    concrete = f.get_concrete_function(
+        tf.TensorSpec([2, 3], tf.float32), tf.TensorSpec([5], tf.int32)
+    )
+    assert report.node_count == len(concrete.graph.get_operations())
+    assert sum(report.op_histogram.values()) == report.node_count
+    assert [(t.name, t.dtype, t.shape) for t in report.inputs] == [
+        ("x", "float32", (2, 3)),
+        ("y", "int32", (5,)),
+    ]
+    assert sorted((t.name, t.shape) for t in report.outputs) == [
+        ("output['y2']", (5,)),
+        ("output['z']", (2, 4)),
+    ]
+    assert report.captured("variable") == (1, 3 * 4 * 4)
+    assert report.captured("constant") == (1, 4 * 4)
+
+
+def test_nested_tf_function_calls_are_expanded():
+    w = tf.Variable(tf.ones([3, 4]))
+
+    @tf.function
+    def inner(x):
+        return tf.nn.relu(tf.matmul(x, w))
+
+    @tf.function
+    def outer(x):
+        return tf.reduce_sum(inner(x))
+
+    spec = tf.TensorSpec([2, 3], tf.float32)
+    expanded = trace_and_inspect(outer, spec)
+    mm = node_of(expanded, "MatMul")
+    assert mm.name.endswith("PartitionedCall/MatMul") and mm.cost.flops == 2 * 2 * 4 * 3
+    assert mm.inputs[0] == "x:0"  # the callee's parameter is wired to the caller's input
+    assert not any(n.op.endswith("PartitionedCall") for n in expanded.nodes)
+    flat = trace_and_inspect(outer, spec, expand_calls=False)
+    call = node_of(flat, "StatefulPartitionedCall")
+    assert call.cost is None and flat.node_count < expanded.node_count
+
+
+def test_json_dot_tensorboard_and_drawing(tmp_path):
+    report = trace_and_inspect(
+        lambda x: tf.nn.relu(tf.matmul(x, tf.ones([3, 3]))), tf.TensorSpec([2, 3], tf.float32)
+    )
+    data = json.loads(report.to_json())
+    assert data["node_count"] == report.node_count == len(data["nodes"])
+    first = data["nodes"][0]
+    assert set(first) >= {"name", "op", "inputs", "outputs", "cost"}
+    assert report.to_json() == report.to_json()
+    dot = report.to_dot()
+    assert dot.startswith("digraph") and dot.count("->") == sum(
+        1
+        for n in report.nodes
+        for t in n.inputs
+        if t.rsplit(":", 1)[0] in {m.name for m in report.nodes}
+    )
+    drawing = report.render(tmp_path / "graph")
+    assert drawing.exists() and drawing.stat().st_size > 1000
+    assert report.plot_op_histogram(tmp_path / "hist.png").exists()
+    logdir = report.write_tensorboard(tmp_path / "tb")
+    assert list(logdir.glob("events.out.tfevents.*"))
+
+
+def test_graph_json_identical_in_two_processes():
+    from graph_inspector.fingerprint import fingerprints_in_subprocesses
+
+    a, b = fingerprints_in_subprocesses("mlp", processes=2)
+    assert a["node_count"] == b["node_count"] > 0
+    assert a["sha256"] == b["sha256"]
+
+
+def test_bert_tiny_graph_matmul_flops_match_analytic_count():
+    from graph_inspector.bert import BertConfig
+    from graph_inspector.fingerprint import bert_report
+    from graph_inspector.report_section import bert_analytic_matmul_flops
+
+    seq = 32
+    report = bert_report(seq_len=seq, num_labels=5)
+    cfg = BertConfig()
+    measured = sum(n.cost.flops for n in report.nodes if n.cost and category(n.op) == "matmul/conv")
+    expected = bert_analytic_matmul_flops(
+        1, seq, cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, 5
+    )
+    assert measured == expected
+    assert report.uncostable == []
+    assert report.captured("variable")[0] > 0  # reads variables, not baked initial values
+
+
+def test_autograph_rewrites_tensor_if_and_for_but_not_python_ones():
+    from graph_inspector.graph_semantics import control_flow_views
+
+    views = {v.name: v for v in control_flow_views()}
+    control = ("If", "StatelessIf", "While", "StatelessWhile")
+    assert views["python if (bool=True)"].count(*control) == 0
+    assert views["tensor if"].count("If", "StatelessIf") == 1
+    assert views["python for range(3)"].count("Mul") == 3  # unrolled at trace time
+    assert views["python for range(3)"].count(*control) == 0
+    assert views["tensor for tf.range(n)"].count("While", "StatelessWhile") == 1
+    assert "ag__.if_stmt" in views["tensor if"].autograph_code
+    assert "ag__.for_stmt" in views["tensor for tf.range(n)"].autograph_code
+
+
+def test_variable_captured_by_reference_python_value_by_value():
+    from graph_inspector.graph_semantics import variable_vs_python_capture
+
+    demo = variable_vs_python_capture()
+    assert (demo.variable_before, demo.variable_after_assign) == (2.0, 5.0)
+    assert (demo.python_before, demo.python_after_rebind) == (2.0, 2.0)  # stale, no retrace
+    assert demo.traces == 2
+
+
+# --- CLI --------------------------------------------------------------------------------------
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "graph_inspector", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, needle: str) -> None:
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("graph_inspector: error:") and needle in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["inspect", "convert"])
+def test_cli_bad_path_and_not_a_savedmodel(tmp_path, command):
+    proc = run_cli(command, str(tmp_path / "missing"))
+    assert_one_line_error(proc, "no such file or directory")
+    assert proc.returncode == cli.EXIT_USAGE
+    proc = run_cli(command, str(tmp_path))
+    assert_one_line_error(proc, "is not a SavedModel")
+    assert proc.returncode == cli.EXIT_USAGE
+
+
+def test_cli_corrupt_savedmodel_is_one_line(tmp_path):
+    (tmp_path / "saved_model.pb").write_bytes(b"not a protobuf")
+    proc = run_cli("inspect", str(tmp_path))
+    assert_one_line_error(proc, "could not be loaded as a SavedModel")
+
+
+@pytest.fixture(scope="module")
+def small_savedmodel(tmp_path_factory):
+    class Classifier(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(tf.random.stateless_normal([8, 4], seed=[1, 2]))
+            self.b = tf.Variable(tf.zeros([4]))
+
+        @tf.function(input_signature=[tf.TensorSpec([2, 8], tf.float32, name="x")])
+        def serve(self, x):
+            return {"probs": tf.nn.softmax(tf.matmul(x, self.w) + self.b)}
+
+    folder = tmp_path_factory.mktemp("sm") / "classifier"
+    model = Classifier()
+    tf.saved_model.save(model, str(folder), signatures={"serving_default": model.serve})
+    return folder
+
+
+def test_cli_unconvertible_graph_is_one_line(tmp_path):
+    class PyFunc(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([2, 8], tf.float32, name="x")])
+        def serve(self, x):
+            # tf.py_function runs Python: TFLite has no kernel for it (neither builtin nor flex).
+            return {"y": tf.py_function(lambda t: t * 2, [x], tf.float32)}
+
+    module = PyFunc()
+    folder = tmp_path / "pyfunc"
+    tf.saved_model.save(module, str(folder), signatures={"serving_default": module.serve})
+    proc = run_cli("convert", str(folder), "--out", str(tmp_path / "out"))
+    assert_one_line_error(proc, "conversion")
+    assert proc.returncode == cli.EXIT_FAILED
+    assert not (tmp_path / "out" / "model_float32.tflite").exists()
+
+
+def test_cli_inspect_small_savedmodel(small_savedmodel, tmp_path, capsys):
+    json_path, dot_path = tmp_path / "g.json", tmp_path / "g.dot"
+    code = cli.main(
+        ["inspect", str(small_savedmodel), "--json", str(json_path), "--dot", str(dot_path)]
+        + ["--mlir"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "signature 'serving_default'" in out and "MatMul" in out and "tf.MatMul" in out
+    data = json.loads(json_path.read_text())["serving_default"]
+    assert data["captured_variables"] == {"count": 2, "bytes": (8 * 4 + 4) * 4}
+    mm = [n for n in data["nodes"] if n["op"] == "MatMul"][0]
+    assert mm["cost"]["flops"] == 2 * 2 * 4 * 8
+    assert dot_path.read_text().startswith("digraph")
+
+
+def test_cli_inspect_xla(small_savedmodel, capsys):
+    assert cli.main(["inspect", str(small_savedmodel), "--xla"]) == 0
+    out = capsys.readouterr().out
+    assert "XLA (jit_compile=True" in out and " dot " in out.replace(",", " ")
+
+
+def test_cli_unknown_signature_is_one_line(small_savedmodel, capsys):
+    assert cli.main(["inspect", str(small_savedmodel), "--signature", "nope"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no signature 'nope'" in err[0]
+
+
+def test_numpy_arguments_are_described_like_tensors():
+    from graph_inspector.retrace import describe
+
+    assert describe(np.zeros([2, 3], np.float32)).text == "float32[2,3]"
+    assert describe(tf.zeros([2], tf.int32)).key == describe(np.zeros([2], np.int32)).key
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-v"]))
