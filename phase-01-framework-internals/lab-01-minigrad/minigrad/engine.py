@@ -76,14 +76,13 @@ def _accumulate(leaf: Tensor, g: Any, create_graph: bool) -> None:
         g = g.data
     elif type(g) is not np.ndarray:  # 0-d arithmetic hands back NumPy scalars
         g = np.asarray(g)
-    if g.dtype != leaf.data.dtype:
-        g = g.astype(leaf.data.dtype)
     if leaf.grad is None:
-        if not g.flags.writeable:  # e.g. a broadcast view: give the user a real array
-            g = g.copy()
+        if g.dtype != leaf.data.dtype or not g.flags.writeable:
+            # astype copies: the right dtype, and a real array instead of a broadcast view
+            g = g.astype(leaf.data.dtype)
         leaf.grad = Tensor._wrap(g)
     else:
-        leaf.grad = Tensor._wrap(leaf.grad.data + g)
+        leaf.grad = Tensor._wrap((leaf.grad.data + g).astype(leaf.data.dtype, copy=False))
 
 
 def _call_backward(node: Context, g: Any, create_graph: bool) -> tuple:
@@ -160,15 +159,7 @@ def _run(
                 if gi is not None:
                     if gi.shape != nxt.data.shape:
                         _bad_grad_shape(node, nxt, gi)
-                    if capture is None and not create_graph and nxt.grad is None:
-                        # First gradient for this leaf, the common case: store it.
-                        if type(gi) is not np.ndarray:  # a Tensor, or a NumPy scalar
-                            gi = gi.data if isinstance(gi, Tensor) else np.asarray(gi)
-                        if gi.dtype != nxt.data.dtype or not gi.flags.writeable:
-                            gi = gi.astype(nxt.data.dtype)  # astype copies: a real array
-                        nxt.grad = Tensor._wrap(gi)
-                    else:
-                        _deliver_leaf(nxt, gi, create_graph, capture)
+                    _deliver_leaf(nxt, gi, create_graph, capture)
                 continue
             if gi is not None:
                 if create_graph and not isinstance(gi, Tensor):
@@ -182,12 +173,7 @@ def _run(
             if left == 0:
                 ready.append(nxt)
     if buffers:
-        # Only a cycle leaves gradients waiting: its nodes' counts never reach zero.
-        stuck = ", ".join(sorted({n.name() for n in buffers}))
-        raise RuntimeError(
-            f"the graph has a cycle: gradients still wait at {stuck}; "
-            "autograd graphs must be acyclic (every op makes a new tensor)"
-        )
+        _report_cycle(buffers)
 
 
 def _bad_grad_shape(node: Context, leaf: Tensor, g: Any) -> None:
@@ -215,7 +201,65 @@ def backward(
     if retain_graph is None:
         retain_graph = create_graph
     seeds = [_root_gradient(t, g, create_graph) for t, g in zip(tensors, grad_tensors, strict=True)]
-    _run(tensors, seeds, retain_graph, create_graph, capture=None)
+    if len(tensors) == 1 and not create_graph and tensors[0].grad_fn is not None:
+        _run_first_order(tensors[0].grad_fn, seeds[0], retain_graph)
+    else:
+        _run(tensors, seeds, retain_graph, create_graph, capture=None)
+
+
+def _run_first_order(root: Context, seed: np.ndarray, retain_graph: bool) -> None:
+    """``_run`` specialised to the common call, ``loss.backward()``: one root, first order,
+    accumulate into leaves. Same algorithm, fewer branches per edge."""
+    deps = _count_dependencies([root])
+    buffers: dict[Context, Any] = {root: seed}
+    ready = [root] if root not in deps else []  # the root has consumers only in a cycle
+    while ready:
+        node = ready.pop()
+        g = buffers.pop(node, None)
+        edges = node.next_edges
+        if g is None:
+            in_grads = (None,) * len(edges)
+        elif node._raw:
+            if node._saved_versions is not None:
+                node._check_versions()
+            in_grads = node._fn.backward(node, g)
+            if type(in_grads) is not tuple:
+                in_grads = (in_grads,)
+        else:
+            in_grads = _call_backward(node, g, False)
+        if not retain_graph and node._saved_versions is not None:
+            node._saved = node._raw_saved = None
+            node._saved_versions = ()
+            node._freed = True
+        for nxt, gi in zip(edges, in_grads, strict=True):
+            if nxt is None:
+                continue
+            if type(gi) is not np.ndarray and gi is not None:  # user Function / NumPy scalar
+                gi = gi.data if isinstance(gi, Tensor) else np.asarray(gi)
+            if nxt.__class__ is Tensor or isinstance(nxt, Tensor):  # a leaf: AccumulateGrad
+                if gi is not None:
+                    if gi.shape != nxt.data.shape:
+                        _bad_grad_shape(node, nxt, gi)
+                    _accumulate(nxt, gi, False)
+                continue
+            if gi is not None:
+                prev = buffers.get(nxt)
+                buffers[nxt] = gi if prev is None else prev + gi
+            left = deps[nxt] - 1
+            deps[nxt] = left
+            if left == 0:
+                ready.append(nxt)
+    if buffers:
+        _report_cycle(buffers)
+
+
+def _report_cycle(buffers: dict[Context, Any]) -> None:
+    # Only a cycle leaves gradients waiting: its nodes' counts never reach zero.
+    stuck = ", ".join(sorted({n.name() for n in buffers}))
+    raise RuntimeError(
+        f"the graph has a cycle: gradients still wait at {stuck}; "
+        "autograd graphs must be acyclic (every op makes a new tensor)"
+    )
 
 
 def grad(

@@ -538,11 +538,10 @@ class CrossEntropy(Primitive):
         shifted = logits - logits.max(axis=1, keepdims=True)
         # Viewed as unsigned, a negative class id becomes huge, so one IndexError covers both
         # out-of-range cases without an extra pass over the targets.
-        target = target.view(target.dtype.str.replace("i", "u"))
         try:
-            picked = shifted[rows, target]
+            picked = shifted[rows, target.view(target.dtype.str.replace("i", "u"))]
         except IndexError:
-            bad = target.view(target.dtype.str.replace("u", "i"))
+            bad = target
             raise ValueError(
                 f"cross_entropy: targets must lie in [0, {c}), got values in "
                 f"[{bad.min()}, {bad.max()}]"
