@@ -233,15 +233,24 @@ def load_minilm_classifier(num_labels: int, seed: int = 0) -> tuple[nn.Module, A
     import transformers
     from phase01_common.checkpoints import minilm_checkpoint_dir
 
-    transformers.logging.set_verbosity_error()  # the "classifier newly initialised" report
-    transformers.utils.logging.disable_progress_bar()
     folder = minilm_checkpoint_dir()
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    # The checkpoint is a bare BertModel; from_pretrained adds a random head which we replace
-    # explicitly, as one would for a model that came with some other task's head.
-    model = transformers.AutoModelForSequenceClassification.from_pretrained(
-        folder, num_labels=2, local_files_only=True
-    )
+    # Silence the "classifier newly initialised" load report and progress bar for this call
+    # only (the demo runs other labs in the same process).
+    verbosity = transformers.logging.get_verbosity()
+    progress_bar = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        # The checkpoint is a bare BertModel; from_pretrained adds a random head which we
+        # replace explicitly, as one would for a model that came with another task's head.
+        model = transformers.AutoModelForSequenceClassification.from_pretrained(
+            folder, num_labels=2, local_files_only=True
+        )
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+        if progress_bar:
+            transformers.utils.logging.enable_progress_bar()
     torch.manual_seed(seed)
     replace_classification_head(model, num_labels)
     return model, tokenizer
@@ -273,6 +282,15 @@ class FineTuneConfig:
     decay: float = 0.8
     weight_decay: float = 0.01
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("train_per_label", "dev_per_label", "max_length", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"FineTuneConfig.{name} must be at least 1, got {getattr(self, name)}"
+                )
+        if self.phase_one_epochs < 0 or self.phase_two_epochs < 0:
+            raise ValueError("FineTuneConfig epochs must be non-negative")
 
 
 @dataclass

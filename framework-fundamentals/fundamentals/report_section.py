@@ -102,6 +102,33 @@ def _swish_checks() -> list[Check]:
     return checks
 
 
+def _attention_checks() -> list[Check]:
+    from fundamentals.attention import fused_attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (
+        torch.randn(2, 6, 8, dtype=torch.float64, generator=g, requires_grad=True) for _ in range(3)
+    )
+    passed_gradcheck = torch.autograd.gradcheck(fused_attention, (q, k, v))
+    ours = fused_attention(q, k, v)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    upstream = torch.randn(ours.shape, dtype=torch.float64, generator=g)
+    ours_grads = torch.autograd.grad(ours, (q, k, v), upstream)
+    ref_grads = torch.autograd.grad(ref, (q, k, v), upstream)
+    error = max(
+        (a - b).abs().max().item()
+        for a, b in zip((ours, *ours_grads), (ref, *ref_grads), strict=True)
+    )
+    return [
+        Check(
+            "Extra: fused-attention Function (saves logsumexp, not P): gradcheck, = SDPA",
+            bool(passed_gradcheck) and error < 1e-10,
+            f"gradcheck={passed_gradcheck}; max |Δ| vs F.scaled_dot_product_attention "
+            f"(output, dQ, dK, dV) = {_fmt(error)}",
+        )
+    ]
+
+
 def _autograd_checks() -> tuple[list[Check], list[tuple[str, str]]]:
     in_torch = autograd_basics.worked_example_torch(4.0)
     in_minigrad = autograd_basics.worked_example_minigrad(4.0)
@@ -230,7 +257,8 @@ def _finetune_checks(out_dir: Path, quick: bool) -> tuple[list[Check], list[Tabl
         Check(
             "Q4 parameter groups: head, layer i at base·decay^(L−1−i), embeddings below",
             lr_ok and len(result.group_lrs) >= 2 * layers + 2,
-            f"L = {layers}; head {config.head_lr:g}, layer 5 {expected.get('layer.5', 0):.3g}, "
+            f"L = {layers}; head {config.head_lr:g}, layer {layers - 1} "
+            f"{expected[f'layer.{layers - 1}']:.3g}, "
             f"layer 0 {expected['layer.0']:.3g}, embeddings {expected['embeddings']:.3g}",
         ),
         Check(
@@ -278,6 +306,7 @@ def build_section(out_dir: Path, quick: bool) -> Section:
     section = Section(title="Framework fundamentals: PyTorch / TensorFlow practice questions")
     with step("Q1 swish autograd Function (torch + minigrad)"):
         section.checks += _swish_checks()
+        section.checks += _attention_checks()
     with step("Q2 autograd basics (torch + minigrad)"):
         checks, texts = _autograd_checks()
         section.checks += checks

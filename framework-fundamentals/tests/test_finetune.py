@@ -142,6 +142,13 @@ def test_bad_hyperparameters_are_refused():
         ft.layerwise_lr_param_groups(model, base_lr=-1.0, head_lr=HEAD_LR, decay=DECAY)
 
 
+def test_bad_finetune_config_is_refused():
+    with pytest.raises(ValueError, match="batch_size"):
+        ft.FineTuneConfig(batch_size=0)
+    with pytest.raises(ValueError, match="epochs"):
+        ft.FineTuneConfig(phase_two_epochs=-1)
+
+
 def test_replace_head_swaps_the_final_linear():
     model = _tiny("roberta")
     new_head = ft.replace_classification_head(model, 7)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 from pathlib import Path
@@ -43,12 +44,24 @@ def print_result(r: BenchResult) -> None:
 
 def cpu_summary(results: list[BenchResult]) -> dict:
     """The targets: >= 1.2x at n >= 4096 in float32, never below 0.95x anywhere."""
-    f32_long = [r.speedup for r in results if r.dtype == "float32" and r.row_length >= 4096]
+
+    def lowest(mode: str) -> float | None:
+        rs = [
+            r.speedup
+            for r in results
+            if r.dtype == "float32" and r.row_length >= 4096 and r.mode == mode
+        ]
+        return min(rs) if rs else None
+
+    forward, both = lowest("forward"), lowest("forward+backward")
+    overall = min(r.speedup for r in results)
     return {
-        "min_speedup_float32_n_ge_4096": min(f32_long) if f32_long else None,
-        "min_speedup_overall": min(r.speedup for r in results),
-        "target_1_2x_met": bool(f32_long) and min(f32_long) >= 1.2,
-        "floor_0_95x_met": min(r.speedup for r in results) >= 0.95,
+        "min_speedup_float32_forward_n_ge_4096": forward,
+        "min_speedup_float32_forward_backward_n_ge_4096": both,
+        "min_speedup_overall": overall,
+        "target_1_2x_forward_met": forward is not None and forward >= 1.2,
+        "target_1_2x_forward_backward_met": both is not None and both >= 1.2,
+        "floor_0_95x_met": overall >= 0.95,
     }
 
 
@@ -69,6 +82,8 @@ def main() -> None:
         "cpu_threads": torch.get_num_threads(),
         "cpu_kernel": warp_softmax.cpu_capability(),
         "threads_used_by_kernel": warp_softmax.threads_used(1024, 4096),
+        # The machine may be shared: the load average says how quiet it was.
+        "load_average_1_5_15_min": list(os.getloadavg()),
         "results": [],
     }
     print(

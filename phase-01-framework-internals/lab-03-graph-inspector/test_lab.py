@@ -345,7 +345,7 @@ def test_cli_inspect_small_savedmodel(small_savedmodel, tmp_path, capsys):
     json_path, dot_path = tmp_path / "g.json", tmp_path / "g.dot"
     code = cli.main(
         ["inspect", str(small_savedmodel), "--json", str(json_path), "--dot", str(dot_path)]
-        + ["--mlir"]
+        + ["--mlir", "--tensorboard", str(tmp_path / "tb")]
     )
     out = capsys.readouterr().out
     assert code == 0
@@ -355,6 +355,7 @@ def test_cli_inspect_small_savedmodel(small_savedmodel, tmp_path, capsys):
     mm = [n for n in data["nodes"] if n["op"] == "MatMul"][0]
     assert mm["cost"]["flops"] == 2 * 2 * 4 * 8
     assert dot_path.read_text().startswith("digraph")
+    assert list((tmp_path / "tb" / "serving_default").glob("events.out.tfevents.*"))
 
 
 def test_cli_inspect_xla(small_savedmodel, capsys):

@@ -21,16 +21,29 @@ template <typename T>
 using BackwardRows = void (*)(const T* grad_output, const T* output, T* grad_input, int64_t rows,
                               int64_t row_length);
 
+// Softmax over a dimension that is not the last: one contiguous [n, inner] slice (element
+// (j, c) at j * inner + c), columns [col_begin, col_end), vectorized across columns.
+template <typename T>
+using ForwardColumns = void (*)(const T* input, T* output, int64_t n, int64_t inner,
+                                int64_t col_begin, int64_t col_end);
+template <typename T>
+using BackwardColumns = void (*)(const T* grad_output, const T* output, T* grad_input, int64_t n,
+                                 int64_t inner, int64_t col_begin, int64_t col_end);
+
+template <typename T>
+struct KernelsFor {
+  ForwardRows<T> forward_rows;
+  BackwardRows<T> backward_rows;
+  ForwardColumns<T> forward_columns;
+  BackwardColumns<T> backward_columns;
+};
+
 struct KernelTable {
   const char* capability;  // "default", "avx2" or "avx512"
-  ForwardRows<float> forward_float;
-  ForwardRows<double> forward_double;
-  ForwardRows<c10::BFloat16> forward_bfloat16;
-  ForwardRows<c10::Half> forward_half;
-  BackwardRows<float> backward_float;
-  BackwardRows<double> backward_double;
-  BackwardRows<c10::BFloat16> backward_bfloat16;
-  BackwardRows<c10::Half> backward_half;
+  KernelsFor<float> float32;
+  KernelsFor<double> float64;
+  KernelsFor<c10::BFloat16> bfloat16;
+  KernelsFor<c10::Half> float16;
 };
 
 const KernelTable& kernels_default();

@@ -301,19 +301,143 @@ void backward_reduced(const T* grad_output, const T* output, T* grad_input, int6
   }
 }
 
+// ---- Softmax over a non-last dimension: [n, inner] slices, vectors run across columns -------
+// Each lane owns one column and walks down its n entries: the same three passes (max, exp+sum,
+// scale) with stride `inner`, no transposed copy.
+
+void forward_columns_float(const float* x, float* y, int64_t n, int64_t inner, int64_t c_begin,
+                           int64_t c_end) {
+  const Vec neg_inf(-std::numeric_limits<float>::infinity());
+  for (int64_t c = c_begin; c < c_end; c += kLanes) {
+    const int64_t count = std::min(kLanes, c_end - c);
+    Vec m = neg_inf;
+    for (int64_t j = 0; j < n; ++j) m = at::vec::maximum(m, Vec::loadu(x + j * inner + c, count));
+    Vec s(0.0f);
+    for (int64_t j = 0; j < n; ++j) {
+      const Vec e = exp_nonpositive(Vec::loadu(x + j * inner + c, count) - m);
+      e.store(y + j * inner + c, count);
+      s = s + e;
+    }
+    const Vec inv = Vec(1.0f) / s;
+    for (int64_t j = 0; j < n; ++j) {
+      (Vec::loadu(y + j * inner + c, count) * inv).store(y + j * inner + c, count);
+    }
+  }
+}
+
+void backward_columns_float(const float* g, const float* y, float* dx, int64_t n, int64_t inner,
+                            int64_t c_begin, int64_t c_end) {
+  for (int64_t c = c_begin; c < c_end; c += kLanes) {
+    const int64_t count = std::min(kLanes, c_end - c);
+    Vec s(0.0f);
+    for (int64_t j = 0; j < n; ++j) {
+      s = at::vec::fmadd(Vec::loadu(g + j * inner + c, count), Vec::loadu(y + j * inner + c, count),
+                         s);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t at = j * inner + c;
+      (Vec::loadu(y + at, count) * (Vec::loadu(g + at, count) - s)).store(dx + at, count);
+    }
+  }
+}
+
+template <typename T>
+void forward_columns_reduced(const T* x, T* y, int64_t n, int64_t inner, int64_t c_begin,
+                             int64_t c_end) {
+  constexpr int64_t kStep = VecT<T>::size();  // 2 * kLanes columns at a time
+  std::unique_ptr<float[]> scratch(new float[n * kStep]);
+  const Vec neg_inf(-std::numeric_limits<float>::infinity());
+  for (int64_t c = c_begin; c < c_end; c += kStep) {
+    const int64_t count = std::min(kStep, c_end - c);
+    Vec m_lo = neg_inf, m_hi = neg_inf;
+    for (int64_t j = 0; j < n; ++j) {
+      const auto [lo, hi] = load_as_float(x + j * inner + c, count);
+      lo.store(scratch.get() + j * kStep);
+      hi.store(scratch.get() + j * kStep + kLanes);
+      m_lo = at::vec::maximum(m_lo, lo);
+      m_hi = at::vec::maximum(m_hi, hi);
+    }
+    Vec s_lo(0.0f), s_hi(0.0f);
+    for (int64_t j = 0; j < n; ++j) {
+      float* row = scratch.get() + j * kStep;
+      const Vec e_lo = exp_nonpositive(Vec::loadu(row) - m_lo);
+      const Vec e_hi = exp_nonpositive(Vec::loadu(row + kLanes) - m_hi);
+      e_lo.store(row);
+      e_hi.store(row + kLanes);
+      s_lo = s_lo + e_lo;
+      s_hi = s_hi + e_hi;
+    }
+    const Vec inv_lo = Vec(1.0f) / s_lo, inv_hi = Vec(1.0f) / s_hi;
+    for (int64_t j = 0; j < n; ++j) {
+      const float* row = scratch.get() + j * kStep;
+      store_from_float(y + j * inner + c, Vec::loadu(row) * inv_lo,
+                       Vec::loadu(row + kLanes) * inv_hi, count);
+    }
+  }
+}
+
+template <typename T>
+void backward_columns_reduced(const T* g, const T* y, T* dx, int64_t n, int64_t inner,
+                              int64_t c_begin, int64_t c_end) {
+  constexpr int64_t kStep = VecT<T>::size();
+  for (int64_t c = c_begin; c < c_end; c += kStep) {
+    const int64_t count = std::min(kStep, c_end - c);
+    Vec s_lo(0.0f), s_hi(0.0f);
+    for (int64_t j = 0; j < n; ++j) {
+      const auto [g_lo, g_hi] = load_as_float(g + j * inner + c, count);
+      const auto [y_lo, y_hi] = load_as_float(y + j * inner + c, count);
+      s_lo = at::vec::fmadd(g_lo, y_lo, s_lo);
+      s_hi = at::vec::fmadd(g_hi, y_hi, s_hi);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t at = j * inner + c;
+      const auto [g_lo, g_hi] = load_as_float(g + at, count);
+      const auto [y_lo, y_hi] = load_as_float(y + at, count);
+      store_from_float(dx + at, y_lo * (g_lo - s_lo), y_hi * (g_hi - s_hi), count);
+    }
+  }
+}
+
+void forward_columns_double(const double* x, double* y, int64_t n, int64_t inner,
+                            int64_t c_begin, int64_t c_end) {
+  for (int64_t c = c_begin; c < c_end; ++c) {
+    double m = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < n; ++j) {
+      const double v = x[j * inner + c];
+      if (std::isnan(v) || v > m) m = v;
+      if (std::isnan(m)) break;
+    }
+    double s = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+      y[j * inner + c] = std::exp(x[j * inner + c] - m);
+      s += y[j * inner + c];
+    }
+    for (int64_t j = 0; j < n; ++j) y[j * inner + c] /= s;
+  }
+}
+
+void backward_columns_double(const double* g, const double* y, double* dx, int64_t n,
+                             int64_t inner, int64_t c_begin, int64_t c_end) {
+  for (int64_t c = c_begin; c < c_end; ++c) {
+    double s = 0.0;
+    for (int64_t j = 0; j < n; ++j) s += g[j * inner + c] * y[j * inner + c];
+    for (int64_t j = 0; j < n; ++j) {
+      dx[j * inner + c] = y[j * inner + c] * (g[j * inner + c] - s);
+    }
+  }
+}
+
 }  // namespace
 
 const KernelTable& WARP_SOFTMAX_KERNEL_TABLE_FN() {
   static const KernelTable table{
       WARP_SOFTMAX_CAPABILITY_NAME,
-      &forward_float,
-      &forward_double,
-      &forward_reduced<c10::BFloat16>,
-      &forward_reduced<c10::Half>,
-      &backward_float,
-      &backward_double,
-      &backward_reduced<c10::BFloat16>,
-      &backward_reduced<c10::Half>,
+      {&forward_float, &backward_float, &forward_columns_float, &backward_columns_float},
+      {&forward_double, &backward_double, &forward_columns_double, &backward_columns_double},
+      {&forward_reduced<c10::BFloat16>, &backward_reduced<c10::BFloat16>,
+       &forward_columns_reduced<c10::BFloat16>, &backward_columns_reduced<c10::BFloat16>},
+      {&forward_reduced<c10::Half>, &backward_reduced<c10::Half>,
+       &forward_columns_reduced<c10::Half>, &backward_columns_reduced<c10::Half>},
   };
   return table;
 }

@@ -132,40 +132,62 @@ const cpu::KernelTable& cpu_kernels() {
 }
 
 template <typename T>
-cpu::ForwardRows<T> forward_kernel(const cpu::KernelTable& k);
+const cpu::KernelsFor<T>& kernels_for(const cpu::KernelTable& k);
 template <>
-cpu::ForwardRows<float> forward_kernel(const cpu::KernelTable& k) { return k.forward_float; }
+const cpu::KernelsFor<float>& kernels_for(const cpu::KernelTable& k) { return k.float32; }
 template <>
-cpu::ForwardRows<double> forward_kernel(const cpu::KernelTable& k) { return k.forward_double; }
+const cpu::KernelsFor<double>& kernels_for(const cpu::KernelTable& k) { return k.float64; }
 template <>
-cpu::ForwardRows<c10::BFloat16> forward_kernel(const cpu::KernelTable& k) {
-  return k.forward_bfloat16;
+const cpu::KernelsFor<c10::BFloat16>& kernels_for(const cpu::KernelTable& k) {
+  return k.bfloat16;
 }
 template <>
-cpu::ForwardRows<c10::Half> forward_kernel(const cpu::KernelTable& k) { return k.forward_half; }
+const cpu::KernelsFor<c10::Half>& kernels_for(const cpu::KernelTable& k) { return k.float16; }
 
-template <typename T>
-cpu::BackwardRows<T> backward_kernel(const cpu::KernelTable& k);
-template <>
-cpu::BackwardRows<float> backward_kernel(const cpu::KernelTable& k) { return k.backward_float; }
-template <>
-cpu::BackwardRows<double> backward_kernel(const cpu::KernelTable& k) {
-  return k.backward_double;
-}
-template <>
-cpu::BackwardRows<c10::BFloat16> backward_kernel(const cpu::KernelTable& k) {
-  return k.backward_bfloat16;
-}
-template <>
-cpu::BackwardRows<c10::Half> backward_kernel(const cpu::KernelTable& k) {
-  return k.backward_half;
+// Elements per parallel task: enough (~32K) that a task outweighs the scheduling cost, so tiny
+// tensors stay on one thread and large ones spread over all of them.
+constexpr int64_t kElementsPerTask = 32768;
+// Columns per task when the softmax dimension is not the last one.
+constexpr int64_t kColumnsPerTask = 64;
+
+int64_t tasks_per_grain(int64_t elements_per_task) {
+  return std::max<int64_t>(1, kElementsPerTask / std::max<int64_t>(1, elements_per_task));
 }
 
-// Rows per parallel task: enough elements (~32K) that a task outweighs the scheduling cost,
-// so tiny tensors stay on one thread and large ones spread over all of them.
-int64_t rows_per_task(int64_t row_length) {
-  constexpr int64_t kElementsPerTask = 32768;
-  return std::max<int64_t>(1, kElementsPerTask / std::max<int64_t>(1, row_length));
+// The softmax dimension `d` splits the contiguous tensor into [outer, n, inner].
+struct Geometry {
+  int64_t outer, n, inner;
+};
+
+Geometry geometry(const Tensor& t, int64_t d) {
+  if (t.dim() == 0) return {1, 1, 1};
+  const auto sizes = t.sizes();
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < d; ++i) outer *= sizes[i];
+  for (int64_t i = d + 1; i < t.dim(); ++i) inner *= sizes[i];
+  return {outer, sizes[d], inner};
+}
+
+// Runs `rows_fn(first_row, row_count)` over the rows when inner == 1 (softmax along the last
+// dimension), else `columns_fn(slice, col_begin, col_end)` over column blocks of each [n, inner]
+// slice; either way in parallel with at::parallel_for.
+template <typename RowsFn, typename ColumnsFn>
+void for_each_block(const Geometry& g, RowsFn rows_fn, ColumnsFn columns_fn) {
+  if (g.inner == 1) {
+    at::parallel_for(0, g.outer, tasks_per_grain(g.n), [&](int64_t begin, int64_t end) {
+      rows_fn(begin, end - begin);
+    });
+    return;
+  }
+  const int64_t blocks = (g.inner + kColumnsPerTask - 1) / kColumnsPerTask;
+  at::parallel_for(0, g.outer * blocks, tasks_per_grain(g.n * kColumnsPerTask),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t task = begin; task < end; ++task) {
+                       const int64_t slice = task / blocks;
+                       const int64_t col = (task % blocks) * kColumnsPerTask;
+                       columns_fn(slice, col, std::min(g.inner, col + kColumnsPerTask));
+                     }
+                   });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -179,23 +201,21 @@ Tensor softmax_cpu(const Tensor& self, int64_t dim) {
   const int64_t d = wrap_dim(self, dim);
   Tensor output = at::empty(self.sizes(), self.options());  // contiguous, as F.softmax's
   if (self.numel() == 0) return output;
-  const bool dim_is_last = self.dim() == 0 || d == self.dim() - 1;
-  // Softmax over an inner dimension runs on a transposed contiguous copy (one extra copy
-  // each way); the last-dimension case, the common one, works in place on `output`.
-  const Tensor input = with_dim_last(self, d);
-  Tensor result = dim_is_last ? output : at::empty(input.sizes(), input.options());
-  const int64_t row_length = input.size(-1);
-  const int64_t rows = input.numel() / row_length;
+  const Tensor input = self.contiguous();  // a no-op when it already is
+  const Geometry g = geometry(input, d);
   const auto& table = cpu_kernels();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, self.scalar_type(), "softmax_cpu", [&] {
-    const auto kernel = forward_kernel<scalar_t>(table);
-    const scalar_t* in = input.const_data_ptr<scalar_t>();
-    scalar_t* out = result.mutable_data_ptr<scalar_t>();
-    at::parallel_for(0, rows, rows_per_task(row_length), [&](int64_t begin, int64_t end) {
-      kernel(in + begin * row_length, out + begin * row_length, end - begin, row_length);
-    });
+    const auto& k = kernels_for<scalar_t>(table);
+    const scalar_t* x = input.const_data_ptr<scalar_t>();
+    scalar_t* y = output.mutable_data_ptr<scalar_t>();
+    const int64_t slice_size = g.n * g.inner;
+    for_each_block(
+        g,
+        [&](int64_t row, int64_t rows) { k.forward_rows(x + row * g.n, y + row * g.n, rows, g.n); },
+        [&](int64_t slice, int64_t c0, int64_t c1) {
+          k.forward_columns(x + slice * slice_size, y + slice * slice_size, g.n, g.inner, c0, c1);
+        });
   });
-  if (!dim_is_last) output.copy_(result.movedim(-1, d));
   return output;
 }
 
@@ -206,25 +226,28 @@ Tensor softmax_backward_cpu(const Tensor& grad_output, const Tensor& output, int
   const int64_t d = wrap_dim(output, dim);
   Tensor grad_input = at::empty(output.sizes(), output.options());
   if (output.numel() == 0) return grad_input;
-  const bool dim_is_last = output.dim() == 0 || d == output.dim() - 1;
-  const Tensor g = with_dim_last(grad_output, d);
-  const Tensor y = with_dim_last(output, d);
-  Tensor result = dim_is_last ? grad_input : at::empty(y.sizes(), y.options());
-  const int64_t row_length = y.size(-1);
-  const int64_t rows = y.numel() / row_length;
+  const Tensor go = grad_output.contiguous();
+  const Tensor y = output.contiguous();
+  const Geometry g = geometry(y, d);
   const auto& table = cpu_kernels();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kBFloat16, at::kHalf, output.scalar_type(), "softmax_backward_cpu", [&] {
-        const auto kernel = backward_kernel<scalar_t>(table);
-        const scalar_t* gp = g.const_data_ptr<scalar_t>();
+        const auto& k = kernels_for<scalar_t>(table);
+        const scalar_t* gp = go.const_data_ptr<scalar_t>();
         const scalar_t* yp = y.const_data_ptr<scalar_t>();
-        scalar_t* dx = result.mutable_data_ptr<scalar_t>();
-        at::parallel_for(0, rows, rows_per_task(row_length), [&](int64_t begin, int64_t end) {
-          const int64_t offset = begin * row_length;
-          kernel(gp + offset, yp + offset, dx + offset, end - begin, row_length);
-        });
+        scalar_t* dx = grad_input.mutable_data_ptr<scalar_t>();
+        const int64_t slice_size = g.n * g.inner;
+        for_each_block(
+            g,
+            [&](int64_t row, int64_t rows) {
+              const int64_t at = row * g.n;
+              k.backward_rows(gp + at, yp + at, dx + at, rows, g.n);
+            },
+            [&](int64_t slice, int64_t c0, int64_t c1) {
+              const int64_t at = slice * slice_size;
+              k.backward_columns(gp + at, yp + at, dx + at, g.n, g.inner, c0, c1);
+            });
       });
-  if (!dim_is_last) grad_input.copy_(result.movedim(-1, d));
   return grad_input;
 }
 
@@ -360,7 +383,7 @@ int64_t threads_used(int64_t rows, int64_t row_length) {
               " and ", row_length);
   std::mutex mutex;
   std::set<int> thread_ids;
-  at::parallel_for(0, rows, rows_per_task(row_length), [&](int64_t, int64_t) {
+  at::parallel_for(0, rows, tasks_per_grain(row_length), [&](int64_t, int64_t) {
     std::lock_guard<std::mutex> lock(mutex);
     thread_ids.insert(at::get_thread_num());
   });

@@ -171,7 +171,7 @@ def build_section(out_dir: Path, quick: bool) -> Section:
             [torch.float32, torch.bfloat16],
             ["forward"] if quick else ["forward", "forward+backward"],
             elements=1 << 20,
-            reps=10 if quick else 25,
+            reps=20 if quick else 30,
         )
     f32_fwd_long = [
         r for r in results if r.dtype == "float32" and r.mode == "forward" and r.row_length >= 4096

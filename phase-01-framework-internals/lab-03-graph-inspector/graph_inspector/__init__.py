@@ -1,4 +1,4 @@
-"""graph_inspector: see inside ``tf.function``, explain every retrace, ship a validated TFLite model.
+"""graph_inspector: see inside ``tf.function``, explain every retrace, ship a checked TFLite model.
 
 - :mod:`graph_inspector.inspect_graph`: :func:`trace_and_inspect` captures the FuncGraph of a
   traced function and returns a :class:`GraphReport` (nodes, op histogram, captures, per-node cost,
@@ -7,7 +7,8 @@
   ``tf.function`` traced again, argument by argument, with the fix.
 - :mod:`graph_inspector.bert`, :mod:`graph_inspector.pipeline`, :mod:`graph_inspector.tflite`: the
   BERT classifier carried through SavedModel to TFLite (float32 and dynamic-range), validated.
-- ``python -m graph_inspector {inspect,convert,demo}``: the command line (:mod:`graph_inspector.cli`).
+- ``python -m graph_inspector {inspect,convert,demo}``: the command line
+  (:mod:`graph_inspector.cli`).
 
 TensorFlow is imported lazily by each module's functions that need it, so ``import
 graph_inspector`` and the CLI's argument checks stay fast.

@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("savedmodel_dir", help="folder written by tf.saved_model.save")
     p.add_argument("--json", metavar="FILE", help="write {signature: report} as JSON")
     p.add_argument("--dot", metavar="FILE", help="write Graphviz DOT (and SVG where dot exists)")
+    p.add_argument("--tensorboard", metavar="DIR", help="write each graph as a TensorBoard log")
     p.add_argument("--xla", action="store_true", help="XLA compile time and HLO op counts")
     p.add_argument("--mlir", action="store_true", help="op counts of the TF-dialect MLIR")
     p.add_argument("--signature", help="only this signature key (default: all)")
@@ -146,6 +147,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         payload = {key: r.to_dict() for key, r in reports.items()}
         Path(args.json).write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
         print(f"wrote {args.json}")
+    if args.tensorboard:
+        for key, report in reports.items():
+            logdir = report.write_tensorboard(Path(args.tensorboard) / key)
+            print(f"wrote TensorBoard log {logdir} (tensorboard --logdir {args.tensorboard})")
     if args.dot:
         for key, report in reports.items():
             target = Path(args.dot)

@@ -282,6 +282,8 @@ class GraphReport:
             [op for op, _ in items][::-1],
             [c for _, c in items][::-1],
             color=[_CATEGORY_COLOURS.get(category(op), "#cccccc") for op, _ in items][::-1],
+            edgecolor="#555555",
+            linewidth=0.5,
         )
         ax.set_xlabel("nodes")
         ax.set_title(f"Op types in {self.function_name} ({self.node_count} nodes)", fontsize=9)
@@ -293,7 +295,7 @@ class GraphReport:
         return path
 
     def write_tensorboard(self, logdir: Path) -> Path:
-        """Write the FuncGraph as a TensorBoard event file (Graphs tab): ``tensorboard --logdir``."""
+        """Write the FuncGraph as a TensorBoard event file (``tensorboard --logdir`` shows it)."""
         import tensorflow as tf
 
         if self.concrete_function is None:

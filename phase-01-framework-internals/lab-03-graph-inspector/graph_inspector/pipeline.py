@@ -422,7 +422,8 @@ def run_demo(out_dir: Path, quick: bool = False) -> PipelineResult:
             abs(delta_pp) <= 0.5,
             f"{100 * accuracy['tflite_dynamic_range']:.2f}% vs "
             f"{100 * accuracy['tflite_float32']:.2f}%: {delta_pp:+.2f} pp "
-            f"on {len(labels)} articles",
+            f"on {len(labels)} articles; "
+            f"{int((dyn_logits.argmax(-1) != fp32_logits.argmax(-1)).sum())} predictions change",
         )
     )
     # A from-scratch BERT-tiny that learned nothing would sit near 1/5; topic is easy to learn.

@@ -1,0 +1,63 @@
+"""Interview question: "Write a custom backward for a fused attention operation."
+
+out = softmax(Q Kᵀ · scale) V as one autograd Function. With S = Q Kᵀ · scale, P = softmax(S)
+row-wise and upstream gradient dO:
+
+    dV = Pᵀ dO
+    dP = dO Vᵀ
+    dS = P ⊙ (dP − rowsum(dO ⊙ O))     (softmax backward; rowsum(dP ⊙ P) = rowsum(dO ⊙ O))
+    dQ = dS K · scale,   dK = dSᵀ Q · scale
+
+What to save is the design decision: keeping P costs O(n²) memory per head. Like
+FlashAttention we save only the per-row log-sum-exp (O(n)) and the output, and rebuild P in
+backward as exp(S − lse): one extra matmul traded for the n × n buffer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.autograd.function import FunctionCtx, once_differentiable
+
+
+class FusedAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: FunctionCtx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    ) -> torch.Tensor:
+        scores = (q @ k.transpose(-2, -1)) * scale
+        lse = torch.logsumexp(scores, dim=-1, keepdim=True)  # stable: subtracts the row max
+        out = torch.exp(scores - lse) @ v
+        ctx.save_for_backward(q, k, v, out, lse)  # no n × n tensor kept
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    @once_differentiable  # lse is not connected to the graph: refuse double backward loudly
+    def backward(
+        ctx: FunctionCtx, grad_out: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None]:
+        q, k, v, out, lse = ctx.saved_tensors
+        scale = ctx.scale
+        p = torch.exp((q @ k.transpose(-2, -1)) * scale - lse)  # recomputed, not stored
+        grad_v = p.transpose(-2, -1) @ grad_out
+        grad_p = grad_out @ v.transpose(-2, -1)
+        row_dot = (grad_out * out).sum(dim=-1, keepdim=True)
+        grad_s = p * (grad_p - row_dot)
+        grad_q = (grad_s @ k) * scale if ctx.needs_input_grad[0] else None
+        grad_k = (grad_s.transpose(-2, -1) @ q) * scale if ctx.needs_input_grad[1] else None
+        return grad_q, grad_k, grad_v if ctx.needs_input_grad[2] else None, None
+
+
+def fused_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None
+) -> torch.Tensor:
+    """softmax(q kᵀ · scale) v for q (..., n, d), k (..., m, d), v (..., m, e); no mask/dropout."""
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k need the same last dimension, got {q.shape} and {k.shape}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v need the same sequence length, got {k.shape} and {v.shape}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    return FusedAttention.apply(q, k, v, scale)

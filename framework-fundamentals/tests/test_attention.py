@@ -1,0 +1,53 @@
+"""Interview question: a custom backward for fused attention, checked against torch."""
+
+import pytest
+import torch
+from fundamentals.attention import FusedAttention, fused_attention
+
+
+def _qkv(n=5, m=7, d=4, e=3, batch=(2,), seed=0):
+    g = torch.Generator().manual_seed(seed)
+
+    def make(*shape):
+        return torch.randn(*batch, *shape, dtype=torch.float64, generator=g).requires_grad_()
+
+    return make(n, d), make(m, d), make(m, e)
+
+
+def test_gradcheck_in_double_precision():
+    q, k, v = _qkv()
+    assert torch.autograd.gradcheck(fused_attention, (q, k, v), eps=1e-6, atol=1e-6, rtol=1e-4)
+
+
+def test_matches_torch_scaled_dot_product_attention():
+    q, k, v = _qkv(n=6, m=6, d=8, e=8, batch=(2, 3), seed=1)
+    ours = fused_attention(q, k, v)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(ours, ref, rtol=1e-12, atol=1e-12)
+    upstream = torch.randn_like(ours)
+    ours_grads = torch.autograd.grad(ours, (q, k, v), upstream)
+    ref_grads = torch.autograd.grad(ref, (q, k, v), upstream)
+    for a, b in zip(ours_grads, ref_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_saves_no_n_by_n_tensor_and_is_stable_for_large_scores():
+    q, k, v = _qkv(n=9, m=11)
+    out = fused_attention(q * 1e3, k, v)  # scores in the thousands: a naive exp overflows
+    saved_shapes = [tuple(t.shape) for t in out.grad_fn.saved_tensors]
+    assert all(shape[-2:] != (9, 11) for shape in saved_shapes), saved_shapes
+    out.sum().backward()
+    assert torch.isfinite(out).all() and all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_shape_errors_name_the_shapes():
+    q, k, v = _qkv(d=4)
+    with pytest.raises(ValueError, match="same last dimension"):
+        fused_attention(q, torch.ones(2, 7, 5, dtype=torch.float64), v)
+    with pytest.raises(ValueError, match="same sequence length"):
+        fused_attention(q, k, v[:, :3])
+    assert FusedAttention is not None
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-v"]))
