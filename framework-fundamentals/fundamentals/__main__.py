@@ -8,13 +8,14 @@ from pathlib import Path
 
 from fundamentals.report_section import build_section
 
+# <repository>/out/ is git-ignored; parents: fundamentals/ → framework-fundamentals/ → root.
+DEFAULT_OUT = Path(__file__).resolve().parents[2] / "out" / "fundamentals"
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fundamentals", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller fine-tuning run")
-    parser.add_argument(
-        "--out", type=Path, default=Path("out/fundamentals"), help="where the loss plot goes"
-    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the loss plot goes")
     args = parser.parse_args(argv)
     section = build_section(args.out, quick=args.quick)
     print(f"\n{section.title}")

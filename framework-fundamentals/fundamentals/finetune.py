@@ -38,9 +38,9 @@ from torch import nn
 # GPT-2 / GPT-J / Falcon: ``h.N``; T5: ``block.N``.
 LAYER_STACK_NAMES: tuple[str, ...] = ("encoder.layer", "transformer.layer", "layers", "h", "block")
 
-# Parameters of modules whose class name contains one of these get no weight decay
-# (nn.LayerNorm, LlamaRMSNorm, T5LayerNorm, BatchNorm, GroupNorm ...).
-_NORM_CLASS_MARKERS = ("LayerNorm", "RMSNorm", "BatchNorm", "GroupNorm", "Norm")
+# Parameters of modules whose class name contains "Norm" get no weight decay
+# (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, LlamaRMSNorm, T5LayerNorm ...).
+_NORM_CLASS_MARKER = "Norm"
 # GPT-2 names its embeddings wte / wpe; everyone else says "embed".
 _EMBEDDING_COMPONENTS = ("wte", "wpe")
 
@@ -89,8 +89,7 @@ def _no_decay_parameter_names(model: nn.Module) -> set[str]:
     """Biases and the weights of normalisation layers (found by module type, not by name)."""
     names = set()
     for module_name, module in model.named_modules():
-        is_norm = isinstance(module, nn.LayerNorm | nn.GroupNorm | nn.modules.batchnorm._NormBase)
-        is_norm = is_norm or any(m in type(module).__name__ for m in _NORM_CLASS_MARKERS)
+        is_norm = _NORM_CLASS_MARKER in type(module).__name__
         for param_name, _ in module.named_parameters(recurse=False):
             full = f"{module_name}.{param_name}" if module_name else param_name
             if is_norm or param_name == "bias":

@@ -70,13 +70,24 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a few shapes, fewer repetitions")
     parser.add_argument("--out", type=Path, default=LAB_DIR / "results", help="output folder")
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads (default: torch's, i.e. every core); 1 isolates the kernels from "
+        "thread scheduling on a busy machine",
+    )
     args = parser.parse_args()
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
 
     row_lengths = QUICK_ROW_LENGTHS if args.quick else FULL_ROW_LENGTHS
     modes = ["forward", "forward+backward"]
     dtypes = [torch.float32, torch.bfloat16]
     report: dict = {
-        "command": "python bench.py" + (" --quick" if args.quick else ""),
+        "command": " ".join(["python", *sys.argv]),
         "torch": torch.__version__,
         "machine": platform.processor() or platform.machine(),
         "cpu_threads": torch.get_num_threads(),
@@ -103,6 +114,18 @@ def main() -> None:
             progress=print_result,
         )
         report["cpu_summary"] = cpu_summary(cpu)
+        # Softmax over a non-last dimension (strided columns), forward only.
+        cpu += run_grid(
+            "cpu",
+            row_lengths[1::2],
+            dtypes,
+            ["forward"],
+            elements=1 << 20,
+            reps=15 if args.quick else 40,
+            progress=print_result,
+            last_dim=False,
+        )
+        report["cpu_summary"]["min_speedup_overall_incl_non_last_dim"] = min(r.speedup for r in cpu)
         all_results += cpu
     if args.device in ("cuda", "all") and torch.cuda.is_available():
         copy_gbps = copy_bandwidth_gbps("cuda")
@@ -128,7 +151,7 @@ def main() -> None:
         all_results += gpu
     report["results"] = [r.as_dict() for r in all_results]
     args.out.mkdir(parents=True, exist_ok=True)
-    suffix = "-quick" if args.quick else ""
+    suffix = ("-quick" if args.quick else "") + (f"-{args.threads}t" if args.threads else "")
     json_path = args.out / f"bench{suffix}.json"
     json_path.write_text(json.dumps(report, indent=2))
     png_path = plot_speedups(

@@ -123,6 +123,16 @@ def test_batch_matmul_flops_with_broadcast_batch():
     assert bmm.cost.flops == 2 * b * m * n * k
 
 
+def test_einsum_flops_count_every_point_of_the_index_space():
+    b, i, j, k = 2, 3, 4, 5
+    report = trace_and_inspect(
+        lambda x, y: tf.einsum("bij,bjk->bik", x, y),
+        tf.TensorSpec([b, i, j], tf.float32),
+        tf.TensorSpec([b, j, k], tf.float32),
+    )
+    assert node_of(report, "Einsum").cost.flops == 2 * b * i * j * k
+
+
 def test_conv2d_elementwise_reduction_softmax_costs():
     report = trace_and_inspect(
         lambda x, w: tf.nn.softmax(tf.reduce_sum(tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME")), [1])),

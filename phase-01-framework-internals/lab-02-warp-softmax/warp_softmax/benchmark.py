@@ -23,7 +23,7 @@ BYTES_PER_ELEMENT_FACTOR = {"forward": 2, "forward+backward": 5}  # fwd: x,y; bw
 class BenchResult:
     device: str
     dtype: str
-    mode: str  # "forward" or "forward+backward"
+    mode: str  # "forward" or "forward+backward"; " (dim=1 of [rows, n, 16])" when not last
     rows: int
     row_length: int
     ours_ms: float  # median
@@ -62,26 +62,41 @@ def _time_interleaved(
     return [statistics.median(s) for s in samples]
 
 
-def _workload(fn, x: torch.Tensor, grad: torch.Tensor, mode: str) -> Callable[[], object]:
+def _workload(fn, x: torch.Tensor, grad: torch.Tensor, mode: str, dim: int) -> Callable[[], object]:
     if mode == "forward":
-        return lambda: fn(x, -1)
+        return lambda: fn(x, dim)
 
     def forward_backward() -> None:
         leaf = x.detach().requires_grad_()
-        fn(leaf, -1).backward(grad)
+        fn(leaf, dim).backward(grad)
 
     return forward_backward
 
 
+INNER = 16  # trailing size for the non-last-dimension case
+
+
 def bench_one(
-    device: str, dtype: torch.dtype, mode: str, rows: int, row_length: int, reps: int
+    device: str,
+    dtype: torch.dtype,
+    mode: str,
+    rows: int,
+    row_length: int,
+    reps: int,
+    last_dim: bool = True,
 ) -> BenchResult:
+    """Softmax over rows of `row_length` (`last_dim`), or over dim 1 of a contiguous
+    [rows // 16, row_length, 16] tensor (the strided, non-last-dimension case)."""
     if mode not in BYTES_PER_ELEMENT_FACTOR:
         raise ValueError(f"mode must be one of {list(BYTES_PER_ELEMENT_FACTOR)}, got {mode!r}")
-    x = torch.randn(rows, row_length, device=device).to(dtype)
+    if last_dim:
+        x = torch.randn(rows, row_length, device=device).to(dtype)
+    else:
+        x = torch.randn(max(1, rows // INNER), row_length, INNER, device=device).to(dtype)
+    dim = -1 if last_dim else 1
     grad = torch.randn_like(x)
     ours, theirs = _time_interleaved(
-        [_workload(softmax, x, grad, mode), _workload(F.softmax, x, grad, mode)],
+        [_workload(softmax, x, grad, mode, dim), _workload(F.softmax, x, grad, mode, dim)],
         device,
         reps=reps,
         warmup=max(2, reps // 5),
@@ -90,8 +105,8 @@ def bench_one(
     return BenchResult(
         device=device,
         dtype=str(dtype).removeprefix("torch."),
-        mode=mode,
-        rows=rows,
+        mode=mode if last_dim else f"{mode} (dim=1 of [rows, n, {INNER}])",
+        rows=x.numel() // row_length,
         row_length=row_length,
         ours_ms=ours * 1e3,
         torch_ms=theirs * 1e3,
@@ -109,13 +124,15 @@ def run_grid(
     elements: int,
     reps: int,
     progress: Callable[[BenchResult], None] | None = None,
+    last_dim: bool = True,
 ) -> list[BenchResult]:
     """Every (dtype, mode, row_length) with rows = elements // row_length (at least 1)."""
     results = []
     for dtype in dtypes:
         for mode in modes:
             for n in row_lengths:
-                result = bench_one(device, dtype, mode, max(1, elements // n), n, reps)
+                rows = max(1, elements // n)
+                result = bench_one(device, dtype, mode, rows, n, reps, last_dim)
                 results.append(result)
                 if progress is not None:
                     progress(result)

@@ -7,6 +7,9 @@
   ``tf.function`` traced again, argument by argument, with the fix.
 - :mod:`graph_inspector.bert`, :mod:`graph_inspector.pipeline`, :mod:`graph_inspector.tflite`: the
   BERT classifier carried through SavedModel to TFLite (float32 and dynamic-range), validated.
+- :mod:`graph_inspector.graph_semantics`: AutoGraph's ``if``/``for`` rewrite and variable vs
+  Python-value capture, measured on traced graphs.
+- :mod:`graph_inspector.retrace_scenarios`: every retracing trigger as a runnable scenario.
 - ``python -m graph_inspector {inspect,convert,demo}``: the command line
   (:mod:`graph_inspector.cli`).
 
