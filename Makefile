@@ -57,6 +57,7 @@ test: setup
 bench: setup
 	cd $(LAB1) && ../../$(PY) bench.py
 	cd $(LAB2) && ../../$(PY) bench.py
+	cd $(LAB3) && ../../$(PY) bench_retrace.py
 
 lint: $(DEPS_STAMP)
 	$(PY) -m ruff check .

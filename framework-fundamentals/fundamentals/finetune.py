@@ -47,8 +47,9 @@ _EMBEDDING_COMPONENTS = ("wte", "wpe")
 
 def _layer_regex(stack_name: str) -> re.Pattern[str]:
     # The stack is everything up to the index, so ``encoder.layers`` and ``decoder.layers``
-    # are told apart (LLRD over two stacks has no single "lowest layer").
-    return re.compile(rf"^(?P<stack>(?:.+\.)?{re.escape(stack_name)})\.(?P<index>\d+)\.")
+    # are told apart (LLRD over two stacks has no single "lowest layer"). Non-greedy: the
+    # outermost match wins when a block nests another numbered list.
+    return re.compile(rf"^(?P<stack>(?:.+?\.)?{re.escape(stack_name)})\.(?P<index>\d+)\.")
 
 
 def find_layer_indices(parameter_names: Sequence[str]) -> tuple[str, dict[str, int]]:

@@ -128,6 +128,21 @@ def test_unknown_layer_naming_fails_with_a_clear_message():
         ft.layerwise_lr_param_groups(model, base_lr=BASE_LR, head_lr=HEAD_LR, decay=DECAY)
 
 
+@pytest.mark.parametrize(
+    ("names", "stack", "indices"),
+    [
+        (["model.embed_tokens.weight", "model.layers.0.mlp.w", "model.layers.1.mlp.w"],
+         "model.layers", [0, 1]),  # Llama / Mistral
+        (["encoder.block.0.layer.0.w", "encoder.block.1.layer.1.w"], "encoder.block", [0, 1]),
+        (["model.layers.2.moe.layers.7.w"], "model.layers", [2]),  # the outer list wins
+    ],
+)  # fmt: skip
+def test_find_layer_indices_on_other_namings(names, stack, indices):
+    found_stack, layer_of = ft.find_layer_indices(names)
+    assert found_stack == stack
+    assert sorted(layer_of.values()) == indices
+
+
 def test_two_layer_stacks_are_refused():
     names = ["model.encoder.layers.0.fc.weight", "model.decoder.layers.0.fc.weight"]
     with pytest.raises(ValueError, match="2 layer stacks"):

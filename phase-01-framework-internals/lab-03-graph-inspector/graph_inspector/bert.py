@@ -187,6 +187,7 @@ class BertModel(keras.Model):
         self.pooler = keras.layers.Dense(
             config.hidden_size, activation="tanh", kernel_initializer=_init(config), name="pooler"
         )
+        _build_eagerly(self)  # variables exist before any trace (see _build_eagerly)
 
     @tf.function(reduce_retracing=True)
     def call(
@@ -208,8 +209,7 @@ class BertModel(keras.Model):
 
     def build_with_dummy_input(self) -> None:
         """Create every variable now (Keras builds lazily on the first call)."""
-        ids = tf.zeros([1, 2], tf.int32)
-        self(ids, tf.ones_like(ids), tf.zeros_like(ids))
+        _build_eagerly(self)
 
 
 class BertForSequenceClassification(keras.Model):
@@ -232,6 +232,7 @@ class BertForSequenceClassification(keras.Model):
         self.classifier = keras.layers.Dense(
             num_labels, kernel_initializer=_init(config), name="classifier"
         )
+        _build_eagerly(self)
 
     @tf.function(reduce_retracing=True)
     def call(
@@ -245,8 +246,23 @@ class BertForSequenceClassification(keras.Model):
         return self.classifier(self.dropout(pooled, training=training))
 
     def build_with_dummy_input(self) -> None:
-        ids = tf.zeros([1, 2], tf.int32)
-        self(ids, tf.ones_like(ids), tf.zeros_like(ids))
+        _build_eagerly(self)
+
+
+def _build_eagerly(model: keras.Model) -> None:
+    """Run one forward pass with tf.function switched off, so Keras creates the variables.
+
+    If the variables are instead created by the first call *inside* ``call``'s tf.function,
+    that trace computes their initial values rather than reading them: later calls at that
+    input shape silently ignore every weight update. Building eagerly leaves no such trace.
+    """
+    ids = tf.zeros([1, 2], tf.int32)
+    was_eager = tf.config.functions_run_eagerly()
+    tf.config.run_functions_eagerly(True)
+    try:
+        model(ids, tf.ones_like(ids), tf.zeros_like(ids))
+    finally:
+        tf.config.run_functions_eagerly(was_eager)
 
 
 # ---------------------------------------------------------------- checkpoint loading

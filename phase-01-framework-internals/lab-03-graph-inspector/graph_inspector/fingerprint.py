@@ -40,7 +40,7 @@ def mlp_report(batch: int = 4) -> Any:
 
 
 def bert_report(seq_len: int = 32, num_labels: int = 5) -> Any:
-    """The BERT-tiny classifier (part B's model), built and traced at [1, seq_len]."""
+    """The BERT-tiny classifier (model), built and traced at [1, seq_len]."""
     import tensorflow as tf
 
     from graph_inspector.bert import BertConfig, BertForSequenceClassification

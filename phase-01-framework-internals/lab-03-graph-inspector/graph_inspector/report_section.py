@@ -81,7 +81,7 @@ def build_section(out_dir: Path, quick: bool) -> Section:
 
     start = time.perf_counter()
     _pipeline_part(section, out_dir, quick)
-    timed("BERT pipeline (part B)", start)
+    timed("BERT pipeline", start)
 
     section.tables.append(Table("Lab 03 timings (s)", ["step", "seconds"], timings))
     return section
@@ -303,7 +303,7 @@ def _xla_mlir_part(section: Section) -> None:
     section.tables.append(Table("XLA / MLIR view of BERT-tiny [1, 128]", ["what", "value"], rows))
 
 
-# --- 5. part B's pipeline ------------------------------------------------------------------
+# --- 5. pipeline ------------------------------------------------------------------
 
 
 def _pipeline_part(section: Section, out_dir: Path, quick: bool) -> None:
