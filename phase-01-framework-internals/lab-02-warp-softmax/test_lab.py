@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,9 @@ sys.path.insert(0, str(LAB_DIR))
 
 import warp_softmax  # noqa: E402
 from warp_softmax.testing import compare_with_f_softmax  # noqa: E402
+
+# torch's own opcheck/compile internals touch torch.jit.script_method, which warns.
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
 
 HAS_CUDA = torch.cuda.is_available()
 # Every device-parametrized test also runs on CUDA where there is a GPU (see gpu_check.sh).
@@ -159,12 +163,27 @@ def test_dim_out_of_range(shape, dim):
         warp_softmax.softmax(torch.randn(shape), dim)
 
 
-def test_unsupported_backend_is_refused():
-    # A sparse tensor carries a dispatch key (SparseCPU) no kernel is registered for: the
-    # dispatcher answers with a clear error naming the op and the backend.
-    sparse = torch.randn(3, 4).to_sparse()
-    with pytest.raises(NotImplementedError, match="warp_softmax::softmax.*SparseCPU"):
-        warp_softmax.softmax(sparse)
+def unsupported_tensors():
+    yield "SparseCPU", lambda: torch.randn(3, 4).to_sparse()
+    yield "SparseCsrCPU", lambda: torch.randn(3, 4).to_sparse_csr()
+    yield "MkldnnCPU", lambda: torch.randn(3, 4).to_mkldnn()
+    yield "QuantizedCPU", lambda: torch.quantize_per_tensor(torch.randn(3, 4), 0.1, 0, torch.quint8)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("backend,make", list(unsupported_tensors()))
+def test_unsupported_backend_is_refused(backend, make):
+    # These tensors carry a backend dispatch key no kernel is registered for: the dispatcher
+    # answers with a clear error naming the op and the backend.
+    with pytest.raises(NotImplementedError, match=f"warp_softmax::softmax.*'{backend}'"):
+        warp_softmax.softmax(make())
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_nested_tensor_is_refused():
+    nested = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)])
+    with pytest.raises(RuntimeError):
+        warp_softmax.softmax(nested)
 
 
 def registered_keys(op_name: str) -> set[str]:
@@ -253,6 +272,37 @@ def test_unknown_simd_variant_gives_clear_error():
     )
     assert proc.returncode == 1  # a Python exception, not a signal
     assert "WARP_SOFTMAX_CPU_CAPABILITY=avx9000 is not available" in proc.stderr
+
+
+def test_code_shared_between_variants_has_no_avx():
+    # Inline functions (c10, std) compiled into several kernel files exist once in the .so: the
+    # linker keeps one copy of each weak symbol. If it kept an -mavx2/-mavx512 copy, the default
+    # kernel would call AVX code on a CPU without it. Check: no weak symbol's code uses a
+    # VEX/EVEX-encoded (v-prefixed) instruction. (objdump and nm come with binutils, which the
+    # build needs anyway.)
+    so = str(warp_softmax.LIBRARY_PATH)
+    symbols = subprocess.run(
+        ["nm", "-C", "--defined-only", so], capture_output=True, text=True, check=True
+    ).stdout
+    weak = {
+        parts[2]
+        for parts in (ln.split(" ", 2) for ln in symbols.splitlines())
+        if len(parts) == 3 and parts[1] in ("W", "V")
+    }
+    assert weak, "no weak symbols found: has the library's layout changed?"
+    disassembly = subprocess.run(
+        ["objdump", "-d", "-C", "--no-show-raw-insn", so],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    with_avx, current = set(), None
+    for line in disassembly.splitlines():
+        if line.endswith(">:"):
+            current = line[line.index("<") + 1 : -2]
+        elif current in weak and re.search(r"\tv[a-z0-9]+\s", line):
+            with_avx.add(current)
+    assert not with_avx, f"weak symbols with AVX code: {sorted(with_avx)[:10]}"
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs a CPU with at least 2 cores")
@@ -345,6 +395,7 @@ def test_autocast_matches_f_softmax(device, dtype):
 
 
 def test_vmap():
+    # Runs through functorch's per-example fallback (no C++ batching rule; see README).
     x = torch.randn(3, 4, 5)
     for in_dims, dim in [(0, -1), (1, 0), (2, 1)]:
         ours = torch.func.vmap(lambda t, d=dim: warp_softmax.softmax(t, d), in_dims=in_dims)(x)

@@ -13,9 +13,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
-#include <ATen/functorch/BatchedTensorImpl.h>
-#include <ATen/functorch/DynamicLayer.h>
-#include <ATen/functorch/PlumbingHelper.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/env.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -368,64 +365,6 @@ Tensor softmax_autocast_cpu(const Tensor& self, int64_t dim) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// vmap (torch.func.vmap): a batching rule on the FuncTorchBatched key. It unwraps the batched
-// tensor, moves the vmapped dimension to the front, shifts `dim` past it and calls the op once
-// for the whole batch (without it functorch falls back to a slow per-example loop).
-// ---------------------------------------------------------------------------------------------
-
-// The physical tensor of `t` at vmap `level` with its batch dimension first (expanded to
-// `batch` when `t` is not batched at that level).
-Tensor batch_first(const Tensor& t, int64_t level, int64_t batch) {
-  auto [value, bdim] = at::functorch::unwrapTensorAtLevel(t, level);
-  if (bdim.has_value()) return value.movedim(*bdim, 0);
-  std::vector<int64_t> sizes{batch};
-  sizes.insert(sizes.end(), value.sizes().begin(), value.sizes().end());
-  return value.unsqueeze(0).expand(sizes);
-}
-
-int64_t vmap_level() {
-  const auto layer = at::functorch::maybeCurrentDynamicLayer();
-  TORCH_CHECK(layer.has_value(), "warp_softmax: the vmap rule ran outside torch.func.vmap");
-  return layer->layerId();
-}
-
-int64_t batch_size_at(const Tensor& t, int64_t level) {
-  auto [value, bdim] = at::functorch::unwrapTensorAtLevel(t, level);
-  return bdim.has_value() ? value.size(*bdim) : -1;
-}
-
-Tensor softmax_batched(const Tensor& self, int64_t dim) {
-  c10::impl::ExcludeDispatchKeyGuard no_batching(c10::DispatchKey::FuncTorchBatched);
-  const int64_t level = vmap_level();
-  if (!at::functorch::isBatchedAtLevel(self, level)) return call_softmax(self, dim);
-  const Tensor x = batch_first(self, level, batch_size_at(self, level));
-  const int64_t logical_rank = x.dim() - 1;
-  const int64_t d = c10::maybe_wrap_dim(dim, logical_rank);  // checks dim like the op does
-  // A 0-dim example becomes a row of length 1 (softmax of a scalar is 1, or NaN).
-  const Tensor out =
-      logical_rank == 0 ? call_softmax(x.unsqueeze(1), 1).squeeze(1) : call_softmax(x, d + 1);
-  return at::functorch::makeBatched(out, 0, level);
-}
-
-Tensor softmax_backward_batched(const Tensor& grad_output, const Tensor& output, int64_t dim) {
-  c10::impl::ExcludeDispatchKeyGuard no_batching(c10::DispatchKey::FuncTorchBatched);
-  const int64_t level = vmap_level();
-  const bool g_batched = at::functorch::isBatchedAtLevel(grad_output, level);
-  const bool y_batched = at::functorch::isBatchedAtLevel(output, level);
-  if (!g_batched && !y_batched) return call_softmax_backward(grad_output, output, dim);
-  const int64_t batch = g_batched ? batch_size_at(grad_output, level)
-                                  : batch_size_at(output, level);
-  const Tensor g = batch_first(grad_output, level, batch);
-  const Tensor y = batch_first(output, level, batch);
-  const int64_t logical_rank = y.dim() - 1;
-  const int64_t d = c10::maybe_wrap_dim(dim, logical_rank);
-  const Tensor out = logical_rank == 0
-                         ? call_softmax_backward(g.unsqueeze(1), y.unsqueeze(1), 1).squeeze(1)
-                         : call_softmax_backward(g, y, d + 1);
-  return at::functorch::makeBatched(out, 0, level);
-}
-
-// ---------------------------------------------------------------------------------------------
 // Introspection, for tests and the demo: which SIMD variant runs, and how many threads the
 // kernel's parallel_for really uses for a given shape.
 // ---------------------------------------------------------------------------------------------
@@ -474,11 +413,6 @@ TORCH_LIBRARY_IMPL(warp_softmax, Meta, m) {
 TORCH_LIBRARY_IMPL(warp_softmax, Autograd, m) {
   m.impl("softmax", &softmax_autograd);
   m.impl("softmax_backward", &softmax_backward_autograd);
-}
-
-TORCH_LIBRARY_IMPL(warp_softmax, FuncTorchBatched, m) {
-  m.impl("softmax", &softmax_batched);
-  m.impl("softmax_backward", &softmax_backward_batched);
 }
 
 TORCH_LIBRARY_IMPL(warp_softmax, AutocastCPU, m) { m.impl("softmax", &softmax_autocast_cpu); }

@@ -1,6 +1,7 @@
 """A stand-in for pytest, for GPU machines whose Python has torch but no pytest and no package
 registry (gpu_check.sh uses it only when `import pytest` fails). It understands exactly what
-test_lab.py uses: mark.parametrize (stacked), mark.skipif, param, raises, skip, tmp_path.
+test_lab.py uses: mark.parametrize (stacked), mark.skipif, mark.filterwarnings (ignored), param,
+raises, skip, tmp_path.
 
     python gpu/mini_pytest.py test_lab.py [-k substring]
 """
@@ -63,7 +64,11 @@ def _skip(reason=""):
 
 
 def install() -> None:
-    mark = types.SimpleNamespace(parametrize=_mark_parametrize, skipif=_mark_skipif)
+    mark = types.SimpleNamespace(
+        parametrize=_mark_parametrize,
+        skipif=_mark_skipif,
+        filterwarnings=lambda *a, **k: lambda obj: obj,
+    )
     sys.modules["pytest"] = types.SimpleNamespace(
         mark=mark, param=_Param, raises=_raises, skip=_skip, main=lambda *a, **k: 0
     )
