@@ -41,15 +41,23 @@ def test_renderer_shows_failures_and_nan(tmp_path: Path):
     PILImage.new("RGB", (64, 48), "white").save(png)
     section = Section(
         title="A lab",
-        checks=[Check("ok", True, "1.0"), Check("broken", False, "3.2e-2", "over 1e-5")],
+        checks=[
+            Check("ok", True, "1.0"),
+            Check("broken", False, "3.2e-2", "over 1e-5"),
+            Check("fast enough", False, "1.1x", benchmark=True),
+        ],
         tables=[Table("numbers", ["name", "value"], [["a", 1.5], ["b", float("nan")]])],
         images=[Image(png, "a plot")],
         texts=[("explanation", "x: now float32[4,3], before float32[2,3]")],
     )
     nan_checks = nan_table_checks(section)
     assert len(nan_checks) == 1 and not nan_checks[0].passed
+    assert not section.passed
     page = render_html([section], tmp_path, "t", "m")
     assert "FAIL" in page and "broken" in page and "plot.png" in page
+    assert "target missed" in page and "1 of 2 checks failed" in page
+    timing_only = Section("timings", checks=[Check("fast enough", False, "1.1x", benchmark=True)])
+    assert timing_only.passed  # a missed speed target is reported, not a failure
     assert "now float32[4,3]" in page
     md = render_markdown([section], tmp_path, "t", "m")
     assert "**FAIL**" in md and "| b | NaN |" in md

@@ -184,6 +184,7 @@ def build_section(out_dir: Path, quick: bool) -> Section:
             worst_long >= 1.2,
             f"lowest {worst_long:.2f}x over {len(f32_fwd_long)} shapes (medians)",
             "benchmark on a shared machine: load varies" if worst_long < 1.2 else "",
+            benchmark=True,
         )
     )
     section.checks.append(
@@ -192,6 +193,7 @@ def build_section(out_dir: Path, quick: bool) -> Section:
             worst_all.speedup >= 0.95,
             f"lowest {worst_all.speedup:.2f}x ({worst_all.dtype} {worst_all.mode} "
             f"n={worst_all.row_length})",
+            benchmark=True,
         )
     )
     section.tables.append(
