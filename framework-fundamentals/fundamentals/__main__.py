@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from phase01_common.report import section_text
+
 from fundamentals.report_section import build_section
 
 # <repository>/out/ is git-ignored; parents: fundamentals/ → framework-fundamentals/ → root.
@@ -18,21 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the loss plot goes")
     args = parser.parse_args(argv)
     section = build_section(args.out, quick=args.quick)
-    print(f"\n{section.title}")
-    for check in section.checks:
-        print(f"  [{'PASS' if check.passed else 'FAIL'}] {check.name}: {check.measured}")
-        if check.detail:
-            print(f"         {check.detail}")
-    for title, text in section.texts:
-        print(f"\n{title}\n{text}")
-    for table in section.tables:
-        print(f"\n{table.title}")
-        print("  " + " | ".join(table.columns))
-        for row in table.rows:
-            print("  " + " | ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row))
-    for image in section.images:
-        print(f"\n{image.caption}: {image.path}")
-    print(f"\n{'all checks passed' if section.passed else 'SOME CHECKS FAILED'}")
+    print(section_text(section))
     return 0 if section.passed else 1
 
 

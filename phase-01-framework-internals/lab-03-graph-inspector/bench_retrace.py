@@ -28,11 +28,9 @@ def main() -> int:
 
     import tensorflow as tf
     from graph_inspector.bert import BertConfig, BertForSequenceClassification
-    from graph_inspector.fingerprint import build_eagerly
     from graph_inspector.retrace import explain_retracing
 
     model = BertForSequenceClassification(BertConfig(), num_labels=5)
-    build_eagerly(model, 64)
     # The model's own call is a tf.function; benchmark through its undecorated Python body so
     # the tf.function objects below are the only trace caches involved.
     body = type(model).call.python_function

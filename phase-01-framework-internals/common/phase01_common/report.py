@@ -210,3 +210,23 @@ def render_markdown(sections: list[Section], report_dir: Path, title: str, meta:
         for heading, body in s.texts:
             lines += [f"**{heading}**", "", "```", body, "```", ""]
     return "\n".join(lines)
+
+
+def section_text(section: Section, max_rows: int = 12) -> str:
+    """A section as terminal text, for each lab's ``python -m <package>`` demo."""
+    lines = [section.title]
+    for c in section.checks:
+        lines.append(
+            f"  [{c.status}] {c.name}: {c.measured}" + (f" ({c.detail})" if c.detail else "")
+        )
+    for t in section.tables:
+        lines += ["", f"  {t.title}", "    " + " | ".join(t.columns)]
+        lines += ["    " + " | ".join(map(format_value, row)) for row in t.rows[:max_rows]]
+        if len(t.rows) > max_rows:
+            lines.append(f"    … {len(t.rows) - max_rows} more rows in the report")
+    for heading, body in section.texts:
+        lines += ["", f"  {heading}", *("    " + line for line in body.splitlines())]
+    lines += [f"  image: {img.path} ({img.caption})" for img in section.images]
+    failed = sum(not c.passed and not c.benchmark for c in section.checks)
+    lines.append(f"\n{len(section.checks) - failed}/{len(section.checks)} checks passed")
+    return "\n".join(lines)

@@ -187,7 +187,7 @@ class BertModel(keras.Model):
         self.pooler = keras.layers.Dense(
             config.hidden_size, activation="tanh", kernel_initializer=_init(config), name="pooler"
         )
-        _build_eagerly(self)  # variables exist before any trace (see _build_eagerly)
+        build_eagerly(self)  # variables exist before any trace (see build_eagerly)
 
     @tf.function(reduce_retracing=True)
     def call(
@@ -209,7 +209,7 @@ class BertModel(keras.Model):
 
     def build_with_dummy_input(self) -> None:
         """Create every variable now (Keras builds lazily on the first call)."""
-        _build_eagerly(self)
+        build_eagerly(self)
 
 
 class BertForSequenceClassification(keras.Model):
@@ -232,7 +232,7 @@ class BertForSequenceClassification(keras.Model):
         self.classifier = keras.layers.Dense(
             num_labels, kernel_initializer=_init(config), name="classifier"
         )
-        _build_eagerly(self)
+        build_eagerly(self)
 
     @tf.function(reduce_retracing=True)
     def call(
@@ -246,10 +246,10 @@ class BertForSequenceClassification(keras.Model):
         return self.classifier(self.dropout(pooled, training=training))
 
     def build_with_dummy_input(self) -> None:
-        _build_eagerly(self)
+        build_eagerly(self)
 
 
-def _build_eagerly(model: keras.Model) -> None:
+def build_eagerly(model: keras.Model) -> None:
     """Run one forward pass with tf.function switched off, so Keras creates the variables.
 
     If the variables are instead created by the first call *inside* ``call``'s tf.function,

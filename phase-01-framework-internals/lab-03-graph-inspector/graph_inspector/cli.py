@@ -267,15 +267,14 @@ def native_stderr_captured() -> Iterator[_CapturedLog]:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     import_tensorflow_quietly()
+    from phase01_common.report import section_text
+
     from graph_inspector.report_section import build_section
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     section = build_section(out, quick=args.quick)
     print()
-    print(f"== {section.title}")
-    for check in section.checks:
-        mark = "PASS" if check.passed else "FAIL"
-        print(f"  [{mark}] {check.name}: {check.measured}")
+    print(section_text(section))
     print(f"images and files in {out}")
     return 0 if section.passed else EXIT_FAILED

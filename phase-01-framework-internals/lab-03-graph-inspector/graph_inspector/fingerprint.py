@@ -47,34 +47,12 @@ def bert_report(seq_len: int = 32, num_labels: int = 5) -> Any:
     from graph_inspector.inspect_graph import trace_and_inspect
 
     model = BertForSequenceClassification(BertConfig(), num_labels=num_labels)
-    build_eagerly(model, seq_len)
 
     def classify(input_ids, attention_mask, token_type_ids):
         return model(input_ids, attention_mask, token_type_ids, training=False)
 
     spec = tf.TensorSpec([1, seq_len], tf.int32)
     return trace_and_inspect(classify, spec, spec, spec)
-
-
-def build_eagerly(model: Any, seq_len: int) -> None:
-    """Create the model's variables with tf.function switched off.
-
-    Building inside the model's own tf.function (its first call) leaves a trace that computed
-    the *initial values* instead of reading the variables: later calls at that shape ignore
-    training (the inspector shows it: 0 captured variables, random-initializer ops in the
-    graph). Building eagerly avoids that trace, so the first real trace is at the shape we
-    inspect, static (the model uses reduce_retracing=True, which would relax a second shape
-    to None and leave the cost model without sizes).
-    """
-    import tensorflow as tf
-
-    ids = tf.zeros([1, seq_len], tf.int32)
-    was_eager = tf.config.functions_run_eagerly()
-    tf.config.run_functions_eagerly(True)
-    try:
-        model(ids, tf.ones_like(ids), tf.zeros_like(ids))
-    finally:
-        tf.config.run_functions_eagerly(was_eager)
 
 
 def fingerprint(kind: str) -> dict[str, Any]:

@@ -95,13 +95,11 @@ def _graph_part(section: Section, out_dir: Path, quick: bool) -> None:
 
     from graph_inspector.bert import BertConfig, BertForSequenceClassification
     from graph_inspector.cost_rules import category
-    from graph_inspector.fingerprint import build_eagerly
     from graph_inspector.inspect_graph import trace_and_inspect
 
     config = BertConfig()
     seq_len = 64 if quick else 128
-    model = BertForSequenceClassification(config, num_labels=NUM_LABELS)
-    build_eagerly(model, seq_len)
+    model = BertForSequenceClassification(config, num_labels=NUM_LABELS)  # built eagerly
 
     def classify(input_ids, attention_mask, token_type_ids):
         return model(input_ids, attention_mask, token_type_ids, training=False)
@@ -274,11 +272,9 @@ def _xla_mlir_part(section: Section) -> None:
     import tensorflow as tf
 
     from graph_inspector.bert import BertConfig, BertForSequenceClassification
-    from graph_inspector.fingerprint import build_eagerly
     from graph_inspector.inspect_graph import mlir_op_counts, trace_and_inspect, xla_stats
 
     model = BertForSequenceClassification(BertConfig(), num_labels=NUM_LABELS)
-    build_eagerly(model, 128)
 
     def classify(input_ids, attention_mask, token_type_ids):
         return model(input_ids, attention_mask, token_type_ids, training=False)
