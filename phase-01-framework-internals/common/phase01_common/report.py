@@ -121,7 +121,8 @@ th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums
 .pass{color:#137333;font-weight:600} .fail{color:#c5221f;font-weight:600}
 .missed{color:#b06000;font-weight:600}
 figure{margin:1em 0} figure img{max-width:100%;border:1px solid #eee}
-figcaption{color:#555;font-size:.9em} pre{background:#f7f7f7;padding:.6em;overflow-x:auto}
+figcaption{color:#555;font-size:.9em}
+pre{background:#f7f7f7;padding:.6em;white-space:pre-wrap;overflow-wrap:anywhere}
 """
 
 
