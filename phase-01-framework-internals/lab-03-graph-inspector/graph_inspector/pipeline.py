@@ -232,8 +232,17 @@ class TrainConfig:
     seed: int = 0
 
 
-def fine_tune(model, inputs: Mapping[str, np.ndarray], labels: np.ndarray, cfg: TrainConfig):
-    """Adam with a linear decay to 2% of the peak rate; returns the mean loss of each epoch."""
+def fine_tune(
+    model,
+    inputs: Mapping[str, np.ndarray],
+    labels: np.ndarray,
+    cfg: TrainConfig,
+    echo: Callable[[str], None] | None = None,
+):
+    """Adam with a linear decay to 2% of the peak rate; returns the mean loss of each epoch.
+
+    ``echo`` (e.g. ``print``) receives one progress line per epoch.
+    """
     import keras
     import tensorflow as tf
 
@@ -259,7 +268,8 @@ def fine_tune(model, inputs: Mapping[str, np.ndarray], labels: np.ndarray, cfg: 
     rng = np.random.default_rng(cfg.seed)
     y_all = labels.astype(np.int32)
     epoch_losses = []
-    for _ in range(cfg.epochs):
+    started = time.perf_counter()
+    for epoch in range(cfg.epochs):
         order = rng.permutation(n)
         losses = []
         for start in range(0, n, cfg.batch_size):
@@ -267,6 +277,11 @@ def fine_tune(model, inputs: Mapping[str, np.ndarray], labels: np.ndarray, cfg: 
             batch = [inputs[name][idx] for name in INPUT_NAMES]
             losses.append(float(train_step(*batch, y_all[idx])))
         epoch_losses.append(float(np.mean(losses)))
+        if echo is not None:
+            echo(
+                f"    epoch {epoch + 1}/{cfg.epochs}: mean loss {epoch_losses[-1]:.3f} "
+                f"({time.perf_counter() - started:.0f} s)"
+            )
     return epoch_losses
 
 
@@ -331,6 +346,7 @@ def run_demo(out_dir: Path, quick: bool = False) -> PipelineResult:
     from phase01_common.checkpoints import minilm_checkpoint_dir
 
     from graph_inspector.bert import BertConfig, BertForSequenceClassification, BertTokenizer
+    from graph_inspector.retrace import explain_retracing
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -346,28 +362,38 @@ def run_demo(out_dir: Path, quick: bool = False) -> PipelineResult:
         dev_inputs = tokenizer(data.dev_texts)
         seconds["tokenize"] = time.perf_counter() - start
 
-    with step(
-        f"train BERT-tiny from scratch: {len(data.train_texts)} articles, "
-        f"{train_cfg.epochs} epochs, {train_cfg.seq_len} tokens"
-    ):
-        start = time.perf_counter()
-        keras.utils.set_random_seed(train_cfg.seed)
-        config = BertConfig.from_tokenizer(tokenizer)
-        model = BertForSequenceClassification(config, num_labels=data.num_labels)
-        model.build_with_dummy_input()
-        losses = fine_tune(model, train_inputs, data.train_labels, train_cfg)
-        seconds["train"] = time.perf_counter() - start
-    tf_logits = keras_predict(model, dev_inputs)
+    # The lab's own retrace explainer watches every tf.function the pipeline calls (training
+    # step, the model's call, the export's serving function): each trace gets its reason.
+    with explain_retracing() as pipeline_traces:
+        with step(
+            f"train BERT-tiny from scratch: {len(data.train_texts)} articles, "
+            f"{train_cfg.epochs} epochs, {train_cfg.seq_len} tokens"
+        ):
+            start = time.perf_counter()
+            keras.utils.set_random_seed(train_cfg.seed)
+            config = BertConfig.from_tokenizer(tokenizer)
+            model = BertForSequenceClassification(config, num_labels=data.num_labels)
+            losses = fine_tune(model, train_inputs, data.train_labels, train_cfg, echo=print)
+            seconds["train"] = time.perf_counter() - start
+        tf_logits = keras_predict(model, dev_inputs)
 
-    with step("save SavedModel (explicit serving signature), reload, compare"):
-        savedmodel_dir = export_savedmodel(model, out_dir / "savedmodel", train_cfg.seq_len)
-        serving = load_serving_fn(savedmodel_dir)
-        savedmodel_logits = np.concatenate(
-            [
-                serving({k: v[s : s + 128] for k, v in dev_inputs.items()})
-                for s in range(0, len(data.dev_labels), 128)
-            ]
+        with step("save SavedModel (explicit serving signature), reload, compare"):
+            savedmodel_dir = export_savedmodel(model, out_dir / "savedmodel", train_cfg.seq_len)
+            serving = load_serving_fn(savedmodel_dir)
+            savedmodel_logits = np.concatenate(
+                [
+                    serving({k: v[s : s + 128] for k, v in dev_inputs.items()})
+                    for s in range(0, len(data.dev_labels), 128)
+                ]
+            )
+    checks.append(
+        Check(
+            "retrace monitor's count equals TensorFlow's over training, export and reload",
+            pipeline_traces.traces == pipeline_traces.tracing_count(),
+            f"{pipeline_traces.traces} traces (TF: {pipeline_traces.tracing_count()}) over "
+            f"{len(pipeline_traces.monitors)} tf.function objects",
         )
+    )
     roundtrip_diff = float(np.abs(savedmodel_logits - tf_logits).max())
     checks.append(
         Check(
@@ -496,7 +522,10 @@ def run_demo(out_dir: Path, quick: bool = False) -> PipelineResult:
         rows=rows,
     )
     image = _plot(out_dir / "pipeline.png", names, accuracy, sizes, latency)
-    texts = [("TFLite validation of the broken export", trap_message)]
+    texts = [
+        ("Every trace in training, export and reload, explained", pipeline_traces.report()),
+        ("TFLite validation of the broken export", trap_message),
+    ]
     return PipelineResult(
         checks=checks,
         tables=[table],

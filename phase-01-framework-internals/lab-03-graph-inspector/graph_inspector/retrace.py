@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import logging
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -709,8 +710,17 @@ def explain_retracing(
             keep_alive.append(self)
         return monitor._observe(lambda: original_call(self, *args, **kwargs), args, kwargs)
 
+    # TensorFlow's own "N out of the last M calls triggered tf.function retracing" warning
+    # only counts; inside this block every trace is explained instead, so drop it here.
+    tf_logger = logging.getLogger("tensorflow")
+    tf_logger.addFilter(_drop_tf_retracing_warning)
     function_class.__call__ = patched_call
     try:
         yield log
     finally:
         function_class.__call__ = original_call
+        tf_logger.removeFilter(_drop_tf_retracing_warning)
+
+
+def _drop_tf_retracing_warning(record: logging.LogRecord) -> bool:
+    return "triggered tf.function retracing" not in record.getMessage()
