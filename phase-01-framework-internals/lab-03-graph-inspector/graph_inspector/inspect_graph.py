@@ -641,7 +641,7 @@ def draw_graph_png(
             if src in pos:
                 (x0, y0), (x1, y1) = pos[src], pos[n.name]
                 ax.plot([x0, x1], [y0, y1], color="#999999", linewidth=0.4, zorder=1)
-    font = 6 if width < 12 else 4
+    font = 9 if width < 16 else 6  # readable when the page scales the drawing down
     for n in nodes:
         x, y = pos[n.name]
         ax.text(
