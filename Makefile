@@ -51,7 +51,7 @@ setup: $(PKGS_STAMP) $(LAB2_SO)
 demo: setup
 	$(PY) tools/run_demo.py
 
-test: setup
+test: setup lint
 	$(PY) -m pytest $(LAB1)/test_lab.py $(LAB2)/test_lab.py $(LAB3)/test_lab.py $(COMMON) $(FUND) tools
 
 bench: setup
@@ -59,7 +59,7 @@ bench: setup
 	cd $(LAB2) && ../../$(PY) bench.py
 	cd $(LAB3) && ../../$(PY) bench_retrace.py
 
-lint: $(DEPS_STAMP)
+lint: $(DEPS_STAMP)  # ruff, configured once in ruff.toml
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
