@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 LAB_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(LAB_DIR))
@@ -198,7 +199,8 @@ def test_registered_dispatch_keys():
     # get the dispatcher's "could not run ... with arguments from the 'CUDA' backend" error
     # (as the sparse tensor above does).
     cuda = {"CUDA"} if torch.version.cuda is not None else set()
-    common = {"CPU", "Meta", "Autograd[alias]"}
+    # FuncTorchBatched: the vmap rules the Python package registers (warp_softmax/batching.py).
+    common = {"CPU", "Meta", "Autograd[alias]", "FuncTorchBatched"}
     autocast = {"AutocastCPU", "AutocastCUDA"}
     assert registered_keys("warp_softmax::softmax") == autocast | common | cuda
     assert registered_keys("warp_softmax::softmax_backward") == common | cuda
@@ -255,6 +257,18 @@ def test_every_simd_variant_is_correct():
             gi = warp_softmax.softmax_backward(g, y, -1)
             ref = torch.ops.aten._softmax_backward_data(g, y, -1, torch.float32)
             torch.testing.assert_close(gi, ref, atol=1e-6, rtol=1e-5)
+        # Backward outputs >= 1 MiB take the streaming-store path (and bf16 its own narrowing)
+        # once their memory is mapped, i.e. from the second call on (warp_softmax.cpp:
+        # use_streaming_stores); rows of 4099 start at every alignment.
+        for dtype in (torch.float32, torch.bfloat16, torch.bfloat16, torch.float32):
+            g = torch.randn(160, 4099).to(dtype)
+            y = F.softmax(torch.randn(160, 4099), -1).to(dtype)
+            gi = warp_softmax.softmax_backward(g, y, -1)
+            ref = torch.ops.aten._softmax_backward_data(g, y, -1, dtype)
+            if dtype == torch.float32:
+                torch.testing.assert_close(gi, ref, atol=1e-6, rtol=1e-5)
+            else:  # a sum in another order can move a result by one bf16 rounding step
+                torch.testing.assert_close(gi, ref)
         print(json.dumps({"chosen": warp_softmax.cpu_capability(), "errs": errs}))
     """
     for capability in warp_softmax.cpu_capabilities():
@@ -394,13 +408,51 @@ def test_autocast_matches_f_softmax(device, dtype):
     assert x.grad is not None and x.grad.dtype == x.dtype
 
 
-def test_vmap():
-    # Runs through functorch's per-example fallback (no C++ batching rule; see README).
+class _RecordWarpSoftmaxCalls(TorchDispatchMode):
+    """Records the input shape of every warp_softmax op that reaches the kernels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: list[tuple[int, ...]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "warp_softmax":
+            self.shapes.append(tuple(args[0].shape))
+        return func(*args, **(kwargs or {}))
+
+
+def test_vmap_uses_the_batching_rule():
     x = torch.randn(3, 4, 5)
-    for in_dims, dim in [(0, -1), (1, 0), (2, 1)]:
+    # One batched kernel call, not functorch's per-example fallback (three calls of [4, 5]).
+    with _RecordWarpSoftmaxCalls() as calls:
+        torch.func.vmap(lambda t: warp_softmax.softmax(t, -1))(x)
+    assert calls.shapes == [(3, 4, 5)], calls.shapes
+    for in_dims, dim in [(0, -1), (1, 0), (2, 1), (0, -2)]:
         ours = torch.func.vmap(lambda t, d=dim: warp_softmax.softmax(t, d), in_dims=in_dims)(x)
         theirs = torch.func.vmap(lambda t, d=dim: F.softmax(t, d), in_dims=in_dims)(x)
         torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0.0)
+    # nested vmap, and 0-dim examples
+    nested = torch.func.vmap(torch.func.vmap(lambda t: warp_softmax.softmax(t, -1)))(x)
+    torch.testing.assert_close(nested, F.softmax(x, -1), atol=1e-6, rtol=0.0)
+    ones = torch.func.vmap(lambda t: warp_softmax.softmax(t, 0))(torch.randn(6))
+    torch.testing.assert_close(ones, torch.ones(6))
+    # the backward op batched too, with one operand unbatched
+    y = F.softmax(x, -1)
+    g = torch.randn(4, 5)
+    ours = torch.func.vmap(lambda yy: warp_softmax.softmax_backward(g, yy, -1))(y)
+    theirs = torch.stack([torch._softmax_backward_data(g, yy, -1, yy.dtype) for yy in y])
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0.0)
+    with pytest.raises(IndexError, match="out of range"):
+        torch.func.vmap(lambda t: warp_softmax.softmax(t, 2))(x)
+
+
+def test_vmap_then_backward_matches_f_softmax():
+    x = torch.randn(3, 4, 5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, dtype=torch.float64)
+    (torch.func.vmap(lambda t: warp_softmax.softmax(t, -1))(x) * w).sum().backward()
+    x_ref = x.detach().clone().requires_grad_()
+    (F.softmax(x_ref, -1) * w).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad)
 
 
 # ------------------------------------------------------------------------------------------

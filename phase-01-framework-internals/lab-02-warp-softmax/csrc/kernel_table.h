@@ -17,9 +17,12 @@ namespace warp_softmax::cpu {
 // last dimension); the dispatcher makes the input contiguous and splits rows across threads.
 template <typename T>
 using ForwardRows = void (*)(const T* input, T* output, int64_t rows, int64_t row_length);
+// stream_output: write grad_input with streaming (non-temporal) stores where the variant has
+// them (float32 on AVX2 / AVX-512), for outputs too large to stay in cache
+// (kStreamingStoreMinBytes, and warp_softmax.cpp: use_streaming_stores).
 template <typename T>
 using BackwardRows = void (*)(const T* grad_output, const T* output, T* grad_input, int64_t rows,
-                              int64_t row_length);
+                              int64_t row_length, bool stream_output);
 
 // Softmax over a dimension that is not the last: one contiguous [n, inner] slice (element
 // (j, c) at j * inner + c), columns [col_begin, col_end), vectorized across columns.
@@ -37,6 +40,12 @@ struct KernelsFor {
   ForwardColumns<T> forward_columns;
   BackwardColumns<T> backward_columns;
 };
+
+// float32 backward outputs of at least this many bytes are written with streaming stores.
+// Below it the output fits in a core's L2 (1 MiB on the machines measured) and its consumer,
+// the next op's backward, may still find it there; above it a plain store mostly costs an extra
+// read of each destination line from memory. Measured in README "Speed (CPU)".
+constexpr int64_t kStreamingStoreMinBytes = int64_t{1} << 20;
 
 struct KernelTable {
   const char* capability;  // "default", "avx2" or "avx512"

@@ -10,7 +10,10 @@
 //   pass 1  m = max(x)                         reads x        (4 independent accumulators)
 //   pass 2  e = exp(x - m); store e; s += e    reads x, writes y (exp fused with the sum)
 //   pass 3  y *= 1 / s                         reads and writes y (row is still in L1/L2)
-// Backward, per row: s = sum(g * y); dx = y * (g - s)  (two passes).
+// Backward, per row: s = sum(g * y) (four FMA chains); dx = y * (g - s), the row's g and y still
+// in L1/L2 from the first pass. float32 outputs of >= kStreamingStoreMinBytes are written with
+// streaming stores (no read-for-ownership of dx); bfloat16 widens and narrows by shifts and
+// masks on 32-bit lanes instead of ATen's shuffling conversions.
 #pragma once
 
 #if !defined(WARP_SOFTMAX_KERNEL_TABLE_FN) || !defined(WARP_SOFTMAX_CAPABILITY_NAME)
@@ -22,9 +25,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <tuple>
+#include <type_traits>
+
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+#include <immintrin.h>  // streaming stores, bf16 bit tricks (AVX2 / AVX-512 builds only)
+#endif
 
 #include "kernel_table.h"
 
@@ -163,7 +172,7 @@ void forward_double(const double* input, double* output, int64_t rows, int64_t n
 }
 
 void backward_double(const double* grad_output, const double* output, double* grad_input,
-                     int64_t rows, int64_t n) {
+                     int64_t rows, int64_t n, bool /*stream_output: float64 is not for speed*/) {
   for (int64_t r = 0; r < rows; ++r) {
     const double* g = grad_output + r * n;
     const double* y = output + r * n;
@@ -174,36 +183,111 @@ void backward_double(const double* grad_output, const double* output, double* gr
   }
 }
 
-void backward_float(const float* grad_output, const float* output, float* grad_input,
-                    int64_t rows, int64_t n) {
+// ---- Streaming (non-temporal) stores -------------------------------------------------------
+// The backward's output dx is written once and not read again by the kernel. A plain store
+// first reads each destination cache line from memory ("read for ownership") and then leaves it
+// dirty in the cache, pushing g and y out; a streaming store writes whole lines straight to
+// memory through write-combining buffers. For outputs larger than the caches that removes a
+// quarter of the backward's memory traffic (g, y, dx read + dx written -> g, y, dx written).
+// The price: dx is not in the cache afterwards, so a loop that re-reads it, or re-runs the
+// backward on cache-resident inputs, pays memory bandwidth instead (README, "Speed (CPU)").
+// The default (portable) build has no such instruction and uses plain stores.
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+constexpr bool kHasStreamingStores = true;
+#else
+constexpr bool kHasStreamingStores = false;
+#endif
+constexpr int64_t kVecBytes = static_cast<int64_t>(sizeof(Vec));
+
+// Store a full vector of floats to a kVecBytes-aligned address, bypassing the caches.
+inline void stream_store(float* dst, const Vec& v) {
+#if defined(CPU_CAPABILITY_AVX512)
+  _mm512_stream_ps(dst, v);
+#elif defined(CPU_CAPABILITY_AVX2)
+  _mm256_stream_ps(dst, v);
+#else
+  v.store(dst);
+#endif
+}
+
+// Makes the streaming stores visible to other threads before the kernel returns (they are
+// weakly ordered); called once per kernel call, after the last row.
+inline void stream_fence() {
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+  _mm_sfence();
+#endif
+}
+
+// Elements before `p` reaches a kVecBytes boundary (p is at least element-aligned).
+template <typename T>
+inline int64_t elements_to_alignment(const T* p) {
+  const auto misalignment = static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) % kVecBytes);
+  return misalignment == 0 ? 0 : (kVecBytes - misalignment) / static_cast<int64_t>(sizeof(T));
+}
+
+// sum(g * y) over a row, four independent FMA chains.
+inline float dot(const float* g, const float* y, int64_t n) {
+  Vec s0(0.0f), s1(0.0f), s2(0.0f), s3(0.0f);
+  int64_t i = 0;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
+    s0 = at::vec::fmadd(Vec::loadu(g + i), Vec::loadu(y + i), s0);
+    s1 = at::vec::fmadd(Vec::loadu(g + i + kLanes), Vec::loadu(y + i + kLanes), s1);
+    s2 = at::vec::fmadd(Vec::loadu(g + i + 2 * kLanes), Vec::loadu(y + i + 2 * kLanes), s2);
+    s3 = at::vec::fmadd(Vec::loadu(g + i + 3 * kLanes), Vec::loadu(y + i + 3 * kLanes), s3);
+  }
+  for (; i + kLanes <= n; i += kLanes) {
+    s0 = at::vec::fmadd(Vec::loadu(g + i), Vec::loadu(y + i), s0);
+  }
+  if (i < n) {
+    const int64_t rest = n - i;
+    s1 = at::vec::fmadd(Vec::loadu(g + i, rest), Vec::loadu(y + i, rest), s1);
+  }
+  return horizontal_sum((s0 + s1) + (s2 + s3));
+}
+
+// dx[i] = y[i] * (g[i] - s) for i in [begin, end), plain (possibly partial) stores.
+inline void scaled_difference(const float* g, const float* y, float* dx, int64_t begin,
+                              int64_t end, const Vec& s) {
+  int64_t i = begin;
+  for (; i + kLanes <= end; i += kLanes) {
+    (Vec::loadu(y + i) * (Vec::loadu(g + i) - s)).store(dx + i);
+  }
+  if (i < end) {
+    const int64_t rest = end - i;
+    (Vec::loadu(y + i, rest) * (Vec::loadu(g + i, rest) - s)).store(dx + i, rest);
+  }
+}
+
+template <bool kStream>
+void backward_float_rows(const float* grad_output, const float* output, float* grad_input,
+                         int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = grad_output + r * n;
     const float* y = output + r * n;
     float* dx = grad_input + r * n;
-    Vec s0(0.0f), s1(0.0f), s2(0.0f), s3(0.0f);
-    int64_t i = 0;
-    for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
-      s0 = at::vec::fmadd(Vec::loadu(g + i), Vec::loadu(y + i), s0);
-      s1 = at::vec::fmadd(Vec::loadu(g + i + kLanes), Vec::loadu(y + i + kLanes), s1);
-      s2 = at::vec::fmadd(Vec::loadu(g + i + 2 * kLanes), Vec::loadu(y + i + 2 * kLanes), s2);
-      s3 = at::vec::fmadd(Vec::loadu(g + i + 3 * kLanes), Vec::loadu(y + i + 3 * kLanes), s3);
+    const Vec s(dot(g, y, n));
+    if constexpr (kStream) {
+      // Plain stores up to the first aligned address, then whole aligned vectors streamed.
+      const int64_t head = std::min(n, elements_to_alignment(dx));
+      scaled_difference(g, y, dx, 0, head, s);
+      int64_t i = head;
+      for (; i + kLanes <= n; i += kLanes) {
+        stream_store(dx + i, Vec::loadu(y + i) * (Vec::loadu(g + i) - s));
+      }
+      scaled_difference(g, y, dx, i, n, s);
+    } else {
+      scaled_difference(g, y, dx, 0, n, s);
     }
-    for (; i + kLanes <= n; i += kLanes) {
-      s0 = at::vec::fmadd(Vec::loadu(g + i), Vec::loadu(y + i), s0);
-    }
-    if (i < n) {
-      const int64_t rest = n - i;
-      s1 = at::vec::fmadd(Vec::loadu(g + i, rest), Vec::loadu(y + i, rest), s1);
-    }
-    const Vec s(horizontal_sum((s0 + s1) + (s2 + s3)));
-    i = 0;
-    for (; i + kLanes <= n; i += kLanes) {
-      (Vec::loadu(y + i) * (Vec::loadu(g + i) - s)).store(dx + i);
-    }
-    if (i < n) {
-      const int64_t rest = n - i;
-      (Vec::loadu(y + i, rest) * (Vec::loadu(g + i, rest) - s)).store(dx + i, rest);
-    }
+  }
+  if constexpr (kStream) stream_fence();
+}
+
+void backward_float(const float* grad_output, const float* output, float* grad_input,
+                    int64_t rows, int64_t n, bool stream_output) {
+  if (kHasStreamingStores && stream_output) {
+    backward_float_rows<true>(grad_output, output, grad_input, rows, n);
+  } else {
+    backward_float_rows<false>(grad_output, output, grad_input, rows, n);
   }
 }
 
@@ -275,15 +359,27 @@ void forward_reduced(const T* input, T* output, int64_t rows, int64_t n) {
 }
 
 template <typename T>
-void backward_reduced(const T* grad_output, const T* output, T* grad_input, int64_t rows,
-                      int64_t n) {
-  constexpr int64_t kStep = VecT<T>::size();
+void backward_reduced_rows(const T* grad_output, const T* output, T* grad_input, int64_t rows,
+                           int64_t n) {
+  constexpr int64_t kStep = VecT<T>::size();  // 2 * kLanes
   for (int64_t r = 0; r < rows; ++r) {
     const T* g = grad_output + r * n;
     const T* y = output + r * n;
     T* dx = grad_input + r * n;
-    Vec s0(0.0f), s1(0.0f);
-    for (int64_t i = 0; i < n; i += kStep) {
+    // Four accumulators: two per widened half, two steps per iteration.
+    Vec s0(0.0f), s1(0.0f), s2(0.0f), s3(0.0f);
+    int64_t i = 0;
+    for (; i + 2 * kStep <= n; i += 2 * kStep) {
+      const auto [g_lo, g_hi] = at::vec::convert_to_float<T>(VecT<T>::loadu(g + i));
+      const auto [y_lo, y_hi] = at::vec::convert_to_float<T>(VecT<T>::loadu(y + i));
+      const auto [g_lo2, g_hi2] = at::vec::convert_to_float<T>(VecT<T>::loadu(g + i + kStep));
+      const auto [y_lo2, y_hi2] = at::vec::convert_to_float<T>(VecT<T>::loadu(y + i + kStep));
+      s0 = at::vec::fmadd(g_lo, y_lo, s0);
+      s1 = at::vec::fmadd(g_hi, y_hi, s1);
+      s2 = at::vec::fmadd(g_lo2, y_lo2, s2);
+      s3 = at::vec::fmadd(g_hi2, y_hi2, s3);
+    }
+    for (; i < n; i += kStep) {
       const int64_t count = std::min(kStep, n - i);
       const auto [g_lo, g_hi] = load_as_float(g + i, count);
       const auto [y_lo, y_hi] = load_as_float(y + i, count);
@@ -291,14 +387,127 @@ void backward_reduced(const T* grad_output, const T* output, T* grad_input, int6
       s0 = at::vec::fmadd(g_lo, y_lo, s0);
       s1 = at::vec::fmadd(g_hi, y_hi, s1);
     }
-    const Vec s(horizontal_sum(s0 + s1));
-    for (int64_t i = 0; i < n; i += kStep) {
+    const Vec s(horizontal_sum((s0 + s1) + (s2 + s3)));
+    const auto narrow_step = [&](int64_t at, int64_t count) {
+      const auto [g_lo, g_hi] = load_as_float(g + at, count);
+      const auto [y_lo, y_hi] = load_as_float(y + at, count);
+      return std::make_tuple(y_lo * (g_lo - s), y_hi * (g_hi - s));
+    };
+    for (i = 0; i < n; i += kStep) {
+      const int64_t count = std::min(kStep, n - i);
+      const auto [lo, hi] = narrow_step(i, count);
+      store_from_float(dx + i, lo, hi, count);
+    }
+  }
+}
+
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+// ---- bfloat16 backward without widening shuffles ---------------------------------------------
+// A bfloat16 is the upper half of a float32, so a 32-bit lane holding the pair (a, b) (a in the
+// low half) gives a as float with one shift (lane << 16) and b with one mask (lane & 0xffff0000).
+// The dot product does not care that the elements come out as even/odd halves instead of in
+// order, and the elementwise pass puts each result back in the half it came from, so the pass
+// needs no cross-lane permutes: ATen's convert_to_float / convert_from_float spend more
+// instructions than the arithmetic itself, and this backward is otherwise compute-bound for
+// bf16 (the tensor is half the bytes of a float32 one).
+#if defined(CPU_CAPABILITY_AVX512)
+using RawInt = __m512i;
+inline RawInt load_raw(const void* p) { return _mm512_loadu_si512(p); }
+inline void store_raw(void* p, RawInt v) { _mm512_storeu_si512(p, v); }
+inline Vec low_halves(RawInt v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
+inline Vec high_halves(RawInt v) {
+  return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+// float -> bfloat16 bits, round to nearest even, in the upper 16 bits of each lane (the lower
+// 16 are garbage); NaN -> 0xffff, exactly as ATen's cvtfp32_bf16.
+inline RawInt round_to_bf16_high(const Vec& f) {
+  const __m512i b = _mm512_castps_si512(f);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)), lsb);
+  const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+  return _mm512_mask_blend_epi32(nan, r, _mm512_set1_epi32(-1));
+}
+// Lanes (low result, high result) from two rounded vectors.
+inline RawInt pack_halves(RawInt low_hi, RawInt high_hi) {
+  return _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(low_hi, 16), high_hi);
+}
+#else  // AVX2
+using RawInt = __m256i;
+inline RawInt load_raw(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline void store_raw(void* p, RawInt v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
+inline Vec low_halves(RawInt v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+inline Vec high_halves(RawInt v) {
+  return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+inline RawInt round_to_bf16_high(const Vec& f) {
+  const __m256i b = _mm256_castps_si256(f);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb);
+  const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+  return _mm256_castps_si256(
+      _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(_mm256_set1_epi32(-1)), nan));
+}
+inline RawInt pack_halves(RawInt low_hi, RawInt high_hi) {
+  return _mm256_blend_epi16(_mm256_srli_epi32(low_hi, 16), high_hi, 0xAA);
+}
+#endif
+static_assert(sizeof(RawInt) == sizeof(Vec), "one raw vector holds 2 * kLanes bfloat16");
+
+void backward_bf16_rows(const c10::BFloat16* grad_output, const c10::BFloat16* output,
+                        c10::BFloat16* grad_input, int64_t rows, int64_t n) {
+  using T = c10::BFloat16;
+  constexpr int64_t kStep = 2 * kLanes;  // bfloat16 per raw vector
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* g = grad_output + r * n;
+    const T* y = output + r * n;
+    T* dx = grad_input + r * n;
+    Vec s0(0.0f), s1(0.0f), s2(0.0f), s3(0.0f);
+    int64_t i = 0;
+    for (; i + 2 * kStep <= n; i += 2 * kStep) {
+      const RawInt g0 = load_raw(g + i), y0 = load_raw(y + i);
+      const RawInt g1 = load_raw(g + i + kStep), y1 = load_raw(y + i + kStep);
+      s0 = at::vec::fmadd(low_halves(g0), low_halves(y0), s0);
+      s1 = at::vec::fmadd(high_halves(g0), high_halves(y0), s1);
+      s2 = at::vec::fmadd(low_halves(g1), low_halves(y1), s2);
+      s3 = at::vec::fmadd(high_halves(g1), high_halves(y1), s3);
+    }
+    for (; i < n; i += kStep) {  // the last (possibly partial) vectors, in element order
       const int64_t count = std::min(kStep, n - i);
       const auto [g_lo, g_hi] = load_as_float(g + i, count);
       const auto [y_lo, y_hi] = load_as_float(y + i, count);
-      store_from_float(dx + i, y_lo * (g_lo - s), y_hi * (g_hi - s), count);
+      s0 = at::vec::fmadd(g_lo, y_lo, s0);
+      s1 = at::vec::fmadd(g_hi, y_hi, s1);
     }
+    const Vec s(horizontal_sum((s0 + s1) + (s2 + s3)));
+    const auto full_step = [&](int64_t at) {
+      const RawInt gv = load_raw(g + at), yv = load_raw(y + at);
+      const Vec lo = low_halves(yv) * (low_halves(gv) - s);
+      const Vec hi = high_halves(yv) * (high_halves(gv) - s);
+      return pack_halves(round_to_bf16_high(lo), round_to_bf16_high(hi));
+    };
+    const auto partial_step = [&](int64_t at, int64_t count) {
+      const auto [g_lo, g_hi] = load_as_float(g + at, count);
+      const auto [y_lo, y_hi] = load_as_float(y + at, count);
+      store_from_float(dx + at, y_lo * (g_lo - s), y_hi * (g_hi - s), count);
+    };
+    for (i = 0; i + kStep <= n; i += kStep) store_raw(dx + i, full_step(i));
+    if (i < n) partial_step(i, n - i);
   }
+}
+#endif
+
+// Streaming stores are for float32 only: measured, the 16-bit backwards are bound by arithmetic
+// (widening and narrowing), not by memory traffic, and gained nothing from them.
+template <typename T>
+void backward_reduced(const T* grad_output, const T* output, T* grad_input, int64_t rows,
+                      int64_t n, bool /*stream_output*/) {
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    backward_bf16_rows(grad_output, output, grad_input, rows, n);
+    return;
+  }
+#endif
+  backward_reduced_rows<T>(grad_output, output, grad_input, rows, n);
 }
 
 // ---- Softmax over a non-last dimension: [n, inner] slices, vectors run across columns -------

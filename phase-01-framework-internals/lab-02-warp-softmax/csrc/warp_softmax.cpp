@@ -19,10 +19,17 @@
 #include <torch/library.h>
 
 #include <cstdlib>
+#include <cstdint>
 #include <mutex>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>  // mincore
+#include <unistd.h>    // sysconf
+#endif
 
 #include "checks.h"
 #include "kernel_table.h"
@@ -190,6 +197,36 @@ void for_each_block(const Geometry& g, RowsFn rows_fn, ColumnsFn columns_fn) {
                    });
 }
 
+// Whether the backward should write its output with streaming stores (kernel_table.h,
+// kStreamingStoreMinBytes): only for outputs larger than a core's L2, and only when the output's
+// memory is already mapped. A fresh allocation (glibc mmaps blocks of >= 32 MiB, and smaller ones
+// when its heap was trimmed) takes a page fault on first touch and the kernel zeroes each page
+// through the cache; a streaming store then has to evict those just-zeroed lines, which is
+// slower than storing into them. mincore() over the output's pages tells the two apart (about
+// 3 us for 4 MiB, 20 us for 64 MiB); every page must be resident, since checking only a few
+// sampled pages still let partly fresh buffers through (measured: 0.92-0.97x instead of ~1.0x).
+// WARP_SOFTMAX_STREAMING_STORES=0 turns them off (for measuring; see README "Speed (CPU)").
+bool use_streaming_stores(const void* data, int64_t nbytes) {
+  static const bool enabled = c10::utils::get_env("WARP_SOFTMAX_STREAMING_STORES") != "0";
+  if (!enabled || nbytes < cpu::kStreamingStoreMinBytes) return false;
+#if defined(__linux__)
+  static const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<uintptr_t>(data) & ~(page - 1);
+  const auto last = (reinterpret_cast<uintptr_t>(data) + static_cast<uintptr_t>(nbytes) - 1) &
+                    ~(page - 1);
+  std::vector<unsigned char> in_core((last - first) / page + 1);
+  if (mincore(reinterpret_cast<void*>(first), last - first + page, in_core.data()) != 0) {
+    return false;
+  }
+  for (const unsigned char c : in_core) {
+    if ((c & 1) == 0) return false;
+  }
+  return true;
+#else
+  return true;
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
 // CPU kernels (the dispatcher's CPU key).
 // ---------------------------------------------------------------------------------------------
@@ -237,11 +274,13 @@ Tensor softmax_backward_cpu(const Tensor& grad_output, const Tensor& output, int
         const scalar_t* yp = y.const_data_ptr<scalar_t>();
         scalar_t* dx = grad_input.mutable_data_ptr<scalar_t>();
         const int64_t slice_size = g.n * g.inner;
+        const bool stream_output =  // float32 only: see backward_reduced
+            std::is_same_v<scalar_t, float> && use_streaming_stores(dx, grad_input.nbytes());
         for_each_block(
             g,
             [&](int64_t row, int64_t rows) {
               const int64_t at = row * g.n;
-              k.backward_rows(gp + at, yp + at, dx + at, rows, g.n);
+              k.backward_rows(gp + at, yp + at, dx + at, rows, g.n, stream_output);
             },
             [&](int64_t slice, int64_t c0, int64_t c1) {
               const int64_t at = slice * slice_size;

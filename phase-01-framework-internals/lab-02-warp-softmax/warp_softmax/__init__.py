@@ -3,9 +3,10 @@
 The compiled library ``warp_softmax.so`` (next to this file, built by ``python setup.py
 build_ext --inplace`` in the lab folder) registers everything itself: the schemas
 ``warp_softmax::softmax`` and ``warp_softmax::softmax_backward`` and their CPU, Meta, Autograd
-and Autocast kernels (CUDA too where built). This package only loads that file, once, and adds
-friendly names; it registers nothing, so ``torch.ops.load_library`` on the same path before or
-after importing it is harmless.
+and Autocast kernels (CUDA too where built). This package loads that file, once, adds friendly
+names, and registers only what the library cannot hold: vmap batching rules
+(:mod:`warp_softmax.batching`). ``torch.ops.load_library`` on the same path before or after
+importing it is harmless.
 
     >>> import torch, warp_softmax
     >>> warp_softmax.softmax(torch.randn(2, 8), dim=-1).sum(-1)
@@ -37,6 +38,10 @@ def _load_library() -> None:
 
 
 _load_library()
+
+from warp_softmax import batching as _batching  # noqa: E402
+
+_batching.register()
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

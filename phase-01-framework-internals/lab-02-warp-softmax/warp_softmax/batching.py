@@ -1,0 +1,59 @@
+"""vmap batching rules for the two ops: move the batch dimension to the front, shift ``dim``.
+
+Without these, ``torch.func.vmap`` runs the op once per example through functorch's generic
+fallback (with a performance warning). A C++ rule would need functorch's DynamicLayer header,
+which includes a third-party JSON header the torch wheel does not ship, so the rules live here,
+registered once by the package at the ``FuncTorchBatched`` key. They are the only registrations
+the package makes: ``torch.ops.load_library`` alone still gives a working op, vmap included
+(through the fallback).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _logical_dim(dim: int, logical_rank: int) -> int:
+    """``dim`` of the per-example tensor, as an index into the batched tensor (batch first)."""
+    rank = max(logical_rank, 1)  # a 0-dim example accepts dim in {-1, 0}, like F.softmax
+    if not -rank <= dim < rank:
+        raise IndexError(
+            f"warp_softmax: dim {dim} is out of range for a per-example tensor of rank "
+            f"{logical_rank} under vmap (expected in [{-rank}, {rank - 1}])"
+        )
+    return (dim % rank) + 1 if logical_rank > 0 else 0
+
+
+def _batch_first(t: torch.Tensor, bdim: int | None, batch_size: int) -> torch.Tensor:
+    if bdim is None:
+        return t.unsqueeze(0).expand(batch_size, *t.shape)
+    return t.movedim(bdim, 0)
+
+
+def _softmax_vmap(info, in_dims, x: torch.Tensor, dim: int = -1):
+    (x_bdim,) = in_dims[:1]
+    if x_bdim is None:
+        return torch.ops.warp_softmax.softmax(x, dim), None
+    x = x.movedim(x_bdim, 0)
+    if x.dim() == 1:  # each example is 0-dim: softmax of a single value is 1
+        return torch.ops.warp_softmax.softmax(x.unsqueeze(1), 1).squeeze(1), 0
+    return torch.ops.warp_softmax.softmax(x, _logical_dim(dim, x.dim() - 1)), 0
+
+
+def _softmax_backward_vmap(
+    info, in_dims, grad_output: torch.Tensor, output: torch.Tensor, dim: int
+):
+    g_bdim, y_bdim = in_dims[0], in_dims[1]
+    if g_bdim is None and y_bdim is None:
+        return torch.ops.warp_softmax.softmax_backward(grad_output, output, dim), None
+    g = _batch_first(grad_output, g_bdim, info.batch_size)
+    y = _batch_first(output, y_bdim, info.batch_size)
+    if g.dim() == 1:
+        out = torch.ops.warp_softmax.softmax_backward(g.unsqueeze(1), y.unsqueeze(1), 1)
+        return out.squeeze(1), 0
+    return torch.ops.warp_softmax.softmax_backward(g, y, _logical_dim(dim, g.dim() - 1)), 0
+
+
+def register() -> None:
+    torch.library.register_vmap("warp_softmax::softmax", _softmax_vmap)
+    torch.library.register_vmap("warp_softmax::softmax_backward", _softmax_backward_vmap)
