@@ -444,6 +444,11 @@ def test_vmap_uses_the_batching_rule():
     torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0.0)
     with pytest.raises(IndexError, match="out of range"):
         torch.func.vmap(lambda t: warp_softmax.softmax(t, 2))(x)
+    scalars = torch.randn(5)  # 0-dim examples accept dim -1 and 0 only, as F.softmax does
+    with pytest.raises(IndexError, match="out of range"):
+        torch.func.vmap(lambda t: warp_softmax.softmax(t, 5))(scalars)
+    with pytest.raises(IndexError, match="out of range"):
+        torch.func.vmap(lambda g, y: warp_softmax.softmax_backward(g, y, 1))(scalars, scalars)
 
 
 def test_vmap_then_backward_matches_f_softmax():

@@ -192,6 +192,17 @@ __global__ void softmax_backward_warp(const scalar_t* __restrict__ grad_output,
   }
 }
 
+// One warp per row, kWarpsPerBlock rows per block. The block count is checked in 64 bits
+// before it becomes a dim3 (grid.x is at most 2^31 - 1): a wrapped count would leave rows
+// uncomputed and their output uninitialised.
+inline dim3 grid_for_rows(int64_t rows, const char* op) {
+  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  TORCH_CHECK(blocks <= static_cast<int64_t>(std::numeric_limits<int>::max()),
+              "warp_softmax::", op, " (CUDA): too many rows (", rows, "); at most ",
+              static_cast<int64_t>(std::numeric_limits<int>::max()) * kWarpsPerBlock);
+  return dim3(static_cast<unsigned>(blocks));
+}
+
 template <typename scalar_t, typename acc_t, int kElems>
 void launch_registers(const scalar_t* in, scalar_t* out, int64_t rows, int64_t n, dim3 grid,
                       dim3 block, cudaStream_t stream) {
@@ -204,9 +215,7 @@ void launch_forward(const scalar_t* in, scalar_t* out, int64_t rows, int64_t n,
                     cudaStream_t stream) {
   using acc_t = at::acc_type<scalar_t, /*is_cuda=*/true>;
   const dim3 block(kWarpSize, kWarpsPerBlock);
-  const dim3 grid(static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock));
-  TORCH_CHECK(grid.x <= static_cast<unsigned>(std::numeric_limits<int>::max()),
-              "warp_softmax::softmax (CUDA): too many rows (", rows, ")");
+  const dim3 grid = grid_for_rows(rows, "softmax");
   if (n <= 1 * kWarpSize) {
     launch_registers<scalar_t, acc_t, 1>(in, out, rows, n, grid, block, stream);
   } else if (n <= 2 * kWarpSize) {
@@ -270,7 +279,7 @@ Tensor softmax_backward_cuda(const Tensor& grad_output, const Tensor& output, in
   const int64_t rows = y.numel() / n;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(output.device().index()).stream();
   const dim3 block(kWarpSize, kWarpsPerBlock);
-  const dim3 grid(static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  const dim3 grid = grid_for_rows(rows, "softmax_backward");
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kBFloat16, at::kHalf, output.scalar_type(), "softmax_backward_cuda", [&] {
         using acc_t = at::acc_type<scalar_t, /*is_cuda=*/true>;

@@ -35,9 +35,10 @@ def _softmax_vmap(info, in_dims, x: torch.Tensor, dim: int = -1):
     if x_bdim is None:
         return torch.ops.warp_softmax.softmax(x, dim), None
     x = x.movedim(x_bdim, 0)
+    batched_dim = _logical_dim(dim, x.dim() - 1)  # checks dim, 0-dim examples included
     if x.dim() == 1:  # each example is 0-dim: softmax of a single value is 1
         return torch.ops.warp_softmax.softmax(x.unsqueeze(1), 1).squeeze(1), 0
-    return torch.ops.warp_softmax.softmax(x, _logical_dim(dim, x.dim() - 1)), 0
+    return torch.ops.warp_softmax.softmax(x, batched_dim), 0
 
 
 def _softmax_backward_vmap(
@@ -48,10 +49,11 @@ def _softmax_backward_vmap(
         return torch.ops.warp_softmax.softmax_backward(grad_output, output, dim), None
     g = _batch_first(grad_output, g_bdim, info.batch_size)
     y = _batch_first(output, y_bdim, info.batch_size)
+    batched_dim = _logical_dim(dim, g.dim() - 1)
     if g.dim() == 1:
         out = torch.ops.warp_softmax.softmax_backward(g.unsqueeze(1), y.unsqueeze(1), 1)
         return out.squeeze(1), 0
-    return torch.ops.warp_softmax.softmax_backward(g, y, _logical_dim(dim, g.dim() - 1)), 0
+    return torch.ops.warp_softmax.softmax_backward(g, y, batched_dim), 0
 
 
 def register() -> None:
