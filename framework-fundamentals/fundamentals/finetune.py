@@ -152,7 +152,10 @@ def layerwise_lr_param_groups(
     if not named:
         raise ValueError(f"{type(model).__name__} has no parameter with requires_grad=True")
     head = head_parameter_names(model, head_prefixes)
-    _, layer_of = find_layer_indices([n for n, _ in named if n not in head])
+    # L is the model's depth, found from *all* parameter names: with the top layers frozen,
+    # the trainable ones alone would understate it and shift every layer's rate.
+    all_names = [n for n, _ in model.named_parameters() if n not in head]
+    _, layer_of = find_layer_indices(all_names)
     num_layers = max(layer_of.values()) + 1
     no_decay = _no_decay_parameter_names(model)
 

@@ -109,13 +109,33 @@ def test_no_weight_decay_on_biases_and_norm_weights(kind):
 def test_frozen_parameters_are_left_out_of_the_groups():
     model = _tiny("bert")
     ft.set_base_trainable(model, False)
-    with pytest.raises(ValueError, match="cannot find the transformer layers"):
-        # only the head is trainable: no layer to decay from, said clearly
+    # only the head is trainable: the groups hold the head alone, at its own rate
+    table = _lr_by_parameter(
         ft.layerwise_lr_param_groups(model, base_lr=BASE_LR, head_lr=HEAD_LR, decay=DECAY)
+    )
+    assert table and all(name.startswith("classifier.") for name in table)
+    assert {lr for lr, _ in table.values()} == {HEAD_LR}
     ft.set_base_trainable(model, True)
     assert len(_lr_by_parameter(
         ft.layerwise_lr_param_groups(model, base_lr=BASE_LR, head_lr=HEAD_LR, decay=DECAY)
     )) == len(list(model.parameters()))  # fmt: skip
+
+
+def test_frozen_top_layers_do_not_change_the_model_depth():
+    """L counts the model's layers, not the trainable ones: freezing layers 1-2 of a 3-layer
+    model leaves layer 0 at base_lr * decay**2 and the embeddings at base_lr * decay**3."""
+    model = _tiny("bert")
+    for name, param in model.named_parameters():
+        if name.startswith(("bert.encoder.layer.1.", "bert.encoder.layer.2.")):
+            param.requires_grad_(False)
+    table = _lr_by_parameter(
+        ft.layerwise_lr_param_groups(model, base_lr=BASE_LR, head_lr=HEAD_LR, decay=DECAY)
+    )
+    assert not any(".layer.1." in n or ".layer.2." in n for n in table)  # groups: trainable only
+    layer0 = [lr for n, (lr, _) in table.items() if n.startswith("bert.encoder.layer.0.")]
+    embeddings = [lr for n, (lr, _) in table.items() if n.startswith("bert.embeddings.")]
+    assert layer0 and layer0 == pytest.approx([BASE_LR * DECAY**2] * len(layer0))
+    assert embeddings and embeddings == pytest.approx([BASE_LR * DECAY**3] * len(embeddings))
 
 
 def test_unknown_layer_naming_fails_with_a_clear_message():

@@ -134,6 +134,19 @@ def test_minigrad_swish_agrees_with_torch_silu_to_second_order():
     assert second_order_with_torch(against_silu, (4, 6), seed=6) < 1e-8
 
 
+def test_minigrad_swish_keeps_relative_accuracy_in_the_negative_tail():
+    """Far left, swish and its derivative are tiny but not zero: torch's silu gets them to the
+    last bits, and so must we (1 - almost-1 cancellation would lose them all)."""
+    values = np.array([-10.0, -20.0, -30.0, -40.0, -100.0])
+    x = minigrad.tensor(values.copy(), requires_grad=True)
+    minigrad_swish(x).backward(np.ones(values.shape))
+    xt = torch.tensor(values, requires_grad=True)
+    yt = torch.nn.functional.silu(xt)
+    yt.backward(torch.ones(values.shape, dtype=torch.float64))
+    np.testing.assert_allclose(minigrad_swish(x).data, yt.detach().numpy(), rtol=1e-13)
+    np.testing.assert_allclose(x.grad.data, xt.grad.numpy(), rtol=1e-13)
+
+
 def test_minigrad_gradcheck_and_gradgradcheck():
     x = minigrad.tensor(np.random.default_rng(2).standard_normal(10) * 4, requires_grad=True)
     assert minigrad.gradcheck(minigrad_swish, (x,))

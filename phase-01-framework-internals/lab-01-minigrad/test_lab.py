@@ -31,6 +31,7 @@ from minigrad.testing import (
     make_inputs,
     primitives_in_graph,
     relative_error,
+    requires_grad,
     second_order_with_torch,
 )
 
@@ -54,7 +55,7 @@ def test_every_primitive_has_a_gradient_check():
     for _, expr, specs, positive in GRAD_CASES:
         arrays = make_inputs(specs, 0, positive)
         xs = [
-            minigrad.Tensor(a, requires_grad=not isinstance(s, np.ndarray))
+            minigrad.Tensor(a, requires_grad=requires_grad(s))
             for a, s in zip(arrays, specs, strict=True)
         ]
         covered |= primitives_in_graph(expr(F, *xs))
@@ -270,6 +271,144 @@ def test_clear_errors_on_bad_input():
         F.cross_entropy(x, np.array([0, 1, 2]))
     assert minigrad.tensor([1.0, 2.0]).dtype == np.float32
     assert minigrad.tensor(np.zeros(2)).dtype == np.float64
+
+
+def test_leaf_grads_never_share_memory():
+    """Add hands its incoming gradient to both inputs; each leaf must still own its .grad,
+    and a leaf used as the root must not alias the caller's gradient array (as torch)."""
+    a, b, c = (
+        minigrad.tensor(np.array(v), requires_grad=True)
+        for v in ([1.0, 2.0], [3.0, 4.0], [2.0, 2.0])
+    )
+    ((a + b) * c).sum().backward()
+    for p in (a, b):
+        p.grad.mul_(0.5)  # per-parameter in-place clipping
+    np.testing.assert_array_equal(a.grad.data, [1.0, 1.0])
+    np.testing.assert_array_equal(b.grad.data, [1.0, 1.0])
+    x = minigrad.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    seed = np.array([5.0, 5.0])
+    x.backward(seed)
+    seed[:] = 0
+    np.testing.assert_array_equal(x.grad.data, [5.0, 5.0])
+    y = minigrad.tensor(np.ones((2, 3)), requires_grad=True)
+    upstream = np.ones(6)
+    y.reshape(6).backward(upstream)  # Reshape's backward is a view of the upstream gradient
+    assert not np.shares_memory(y.grad.data, upstream)
+
+
+@pytest.mark.parametrize(
+    "make_view",
+    [lambda w: w[0], lambda w: w[:, 1], lambda w: w[0].expand(3, 2), lambda w: w.T],
+    ids=["index_int", "index_slice", "expand", "transpose"],
+)
+def test_in_place_change_through_a_view_is_detected(make_view):
+    x = minigrad.tensor(np.ones(2), requires_grad=True)
+    w = minigrad.tensor(np.arange(4.0).reshape(2, 2))
+    y = (x * make_view(w)).sum()
+    w.mul_(10.0)  # the view saved by Mul shares w's memory, so its version moved too
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
+def test_copies_do_not_share_the_version_counter():
+    """NumPy copies for a reshape of a non-contiguous array and for integer-array indexing;
+    changing such a copy in place must not invalidate tensors saved from its source."""
+    x = minigrad.tensor(np.ones(12), requires_grad=True)
+    w = minigrad.tensor(np.arange(12.0).reshape(3, 4))
+    y = (x * w.reshape(12)).sum()
+    w.T.reshape(12).mul_(2.0)
+    w[np.array([0, 2])].mul_(2.0)
+    y.backward()  # no error: w itself never changed
+    np.testing.assert_array_equal(x.grad.data, np.arange(12.0))
+
+
+class RowGrad(minigrad.Function):
+    """A buggy user Function: backward returns shape (3,) for a (2, 3) input."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g * 2).sum(0)
+
+
+@pytest.mark.parametrize("make_input", [lambda x: x, lambda x: x.exp()], ids=["leaf", "non_leaf"])
+def test_wrong_gradient_shape_from_a_user_function_is_an_error(make_input):
+    x = minigrad.tensor(np.zeros((2, 3)), requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"RowGrad.*shape \(3,\).*\(2, 3\)"):
+        RowGrad.apply(make_input(x)).backward(np.ones((2, 3)))
+
+
+def test_sigmoid_keeps_relative_accuracy_in_the_negative_tail():
+    for dtype, v in [(np.float32, -20.0), (np.float64, -40.0), (np.float64, -700.0)]:
+        ours = minigrad.tensor(np.array([v, -v], dtype=dtype)).sigmoid().data
+        ref = torch.sigmoid(torch.tensor([v, -v], dtype=getattr(torch, dtype.__name__))).numpy()
+        np.testing.assert_allclose(ours, ref, rtol=1e-6 if dtype == np.float32 else 1e-14)
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        np.testing.assert_array_equal(minigrad.tensor([-1000.0, 1000.0]).sigmoid().data, [0, 1])
+
+
+def test_a_module_used_twice_is_one_set_of_parameters():
+    lin = minigrad.nn.Linear(2, 2, dtype=np.float64, rng=np.random.default_rng(0))
+    model = minigrad.nn.Sequential(lin, minigrad.nn.ReLU(), lin)
+    tl = torch.nn.Linear(2, 2).double()
+    reference = torch.nn.Sequential(tl, torch.nn.ReLU(), tl)
+    with torch.no_grad():
+        tl.weight.copy_(torch.from_numpy(lin.weight.data))
+        tl.bias.copy_(torch.from_numpy(lin.bias.data))
+    assert [n for n, _ in model.named_parameters()] == ["0.weight", "0.bias"]
+    assert len(list(model.parameters())) == len(list(reference.parameters())) == 2
+    assert list(model.state_dict()) == list(reference.state_dict())  # both keys, as torch
+    model.load_state_dict(model.state_dict())
+    x = np.array([[1.0, 2.0], [3.0, -1.0]])
+    opt, opt_t = (
+        minigrad.optim.SGD(model.parameters(), lr=0.1),
+        torch.optim.SGD(reference.parameters(), lr=0.1),
+    )
+    model(minigrad.tensor(x)).sum().backward()
+    reference(torch.tensor(x)).sum().backward()
+    opt.step()
+    opt_t.step()  # one update per parameter, not two
+    np.testing.assert_allclose(lin.weight.data, tl.weight.detach().numpy(), rtol=1e-12)
+
+
+def test_gradcheck_on_non_contiguous_and_0dim_inputs():
+    base = np.random.default_rng(0).standard_normal((4, 3))
+    x = minigrad.Tensor(base.T, requires_grad=True)  # a transposed view: not C-contiguous
+    assert minigrad.gradcheck(lambda t: t.tanh(), (x,))
+    np.testing.assert_array_equal(x.data, base.T)  # perturbations undone
+    assert minigrad.gradcheck(
+        lambda t: t.tanh(), (minigrad.Tensor(np.array(0.3), requires_grad=True),)
+    )
+
+
+def test_dims_comparisons_and_truth_value_like_torch():
+    x = minigrad.tensor(np.ones((2, 3)))
+    for bad in (lambda: x.permute(0, 3), lambda: x.unsqueeze(3), lambda: x.unsqueeze(-4),
+                lambda: x.transpose(0, 2), lambda: x.sum(dim=-3)):  # fmt: skip
+        with pytest.raises(IndexError, match="Dimension out of range"):
+            bad()
+    assert x.unsqueeze(2).shape == (2, 3, 1) and x.unsqueeze(-3).shape == (1, 2, 3)
+    assert x.permute(-1, 0).shape == (3, 2)
+    t = minigrad.tensor([1.0, 2.0])
+    ref = torch.tensor([1.0, 2.0])
+    for op in ("__eq__", "__ne__", "__ge__", "__le__", "__gt__", "__lt__"):
+        np.testing.assert_array_equal(getattr(t, op)(1.0), getattr(ref, op)(1.0).numpy())
+    np.testing.assert_array_equal(t == minigrad.tensor([1.0, 0.0]), [True, False])
+    assert {t: 1}[t] == 1  # still hashable by identity
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        bool(minigrad.tensor([0.0, 0.0]))
+    assert bool(minigrad.tensor([2.0])) and not bool(minigrad.tensor(0.0))
+
+
+def test_optimizers_accept_a_zero_learning_rate():
+    p = minigrad.nn.Parameter(np.ones(2))
+    for make in (minigrad.optim.SGD, minigrad.optim.Adam):
+        make([p], lr=0.0)
+        with pytest.raises(ValueError, match="learning rate"):
+            make([p], lr=-0.1)
 
 
 # ----------------------------------------------------------------------------- 4. second order

@@ -13,6 +13,10 @@ import minigrad.nn.functional as F
 TOL = 1e-5  # the relative tolerance against torch
 TARGETS = np.array([0, 3, 1, 2, 3])  # integer class ids for the (5, 4) logits below
 ROWS = np.array([2, 0, 2])  # an integer index with a repeat: its gradient must accumulate
+# Float arrays are fixed inputs that require grad (see minigrad.testing).
+TIES = np.array([[1.0, 3.0, 3.0], [0.5, -2.0, 2.0]])  # two-way ties: the max splits evenly
+ZERO_BASE = np.array([0.0, 0.0, 1.5])  # pow at a zero base: torch's gradient is 0, not nan
+EXPONENT = np.array([1.0, 2.0, 0.5])
 
 # (case id, expression run in both libraries, input specs, positive inputs?)
 GRAD_CASES = [
@@ -25,6 +29,9 @@ GRAD_CASES = [
     ("neg", lambda F, x: -x, [(3, 4)], False),
     ("pow_scalar", lambda F, x: x**3, [(3, 4)], False),
     ("pow_tensor", lambda F, x, y: x**y, [(3, 4), (4,)], True),
+    ("pow_zero_exponent_at_zero", lambda F, x: x**0, [ZERO_BASE], False),
+    ("pow_tensor_at_zero_base", lambda F, x, y: x**y, [ZERO_BASE, EXPONENT], False),
+    ("rpow_zero_base", lambda F, y: 0.0**y, [(4,)], True),
     ("matmul_2d", lambda F, x, y: x @ y, [(3, 4), (4, 5)], False),
     ("matmul_batched_broadcast", lambda F, x, y: x @ y, [(2, 3, 4), (4, 5)], False),
     ("matmul_vec_mat", lambda F, x, y: x @ y, [(4,), (2, 4, 5)], False),
@@ -45,6 +52,13 @@ GRAD_CASES = [
     ("max_dim", lambda F, x: x.max(dim=1).values, [(3, 4)], False),
     ("max_dim_keepdim", lambda F, x: x.max(dim=0, keepdim=True)[0], [(3, 4)], False),
     ("max_all", lambda F, x: x.max(), [(3, 4)], False),
+    ("max_all_ties", lambda F, x: x.max(), [TIES], False),
+    ("amax_ties", lambda F, x: x.amax(dim=1), [TIES], False),
+    ("amax_dims", lambda F, x: x.amax(dim=(0, 2)), [(3, 4, 2)], False),
+    ("sum_0dim", lambda F, x: x.sum(0), [()], False),
+    ("mean_0dim", lambda F, x: x.mean(-1, keepdim=True), [()], False),
+    ("max_0dim", lambda F, x: x.max(0)[0] * x.max(dim=-1).values, [()], False),
+    ("softmax_0dim", lambda F, x: F.softmax(x, dim=0) * x, [()], False),
     ("reshape", lambda F, x: x.reshape(4, 3) * x.reshape(4, 3), [(3, 4)], False),
     ("view", lambda F, x: x.view(2, 6).exp(), [(3, 4)], False),
     ("transpose", lambda F, x, y: x.transpose(0, 1) @ y, [(3, 4), (3, 2)], False),
@@ -75,6 +89,12 @@ GRAD_CASES = [
 SECOND_ORDER_CASES = [
     ("cube", lambda F, x: x**3, [(5,)]),
     ("tanh", lambda F, x: x.tanh(), [(5,)]),
+    # 0-dim: NumPy ufuncs return scalars there, and a saved output must still be recorded
+    ("tanh_0dim", lambda F, x: x * x.tanh(), [()]),
+    ("exp_0dim", lambda F, x: x * x.exp(), [()]),
+    ("sigmoid_0dim", lambda F, x: x * x.sigmoid(), [()]),
+    ("softmax_0dim", lambda F, x: F.softmax(x, dim=0) * x.exp() + F.log_softmax(x, dim=-1), [()]),
+    ("pow_tensor_exponent_0dim", lambda F, x, y: (x * x + 1) ** y.tanh(), [(), ()]),
     ("softmax_hvp", lambda F, x, w: (F.softmax(x @ w, dim=-1) * w.sum()).sum(), [(3, 4), (4, 5)]),
     ("cross_entropy_hvp", lambda F, x, t: F.cross_entropy(x, t), [(5, 4), TARGETS]),
     (
@@ -97,5 +117,9 @@ GRADGRAD_CASES = [
     ("shape_ops", lambda x: x.permute(1, 0).reshape(2, 6)[ROWS % 2] ** 2, [(3, 4)]),
     ("sub_neg_expand", lambda x, y: -(x - y).expand(2, 3, 4) * y, [(3, 4), (4,)]),
     ("pow_tensor_exponent", lambda x, y: (x * x + 1) ** y.tanh(), [(3, 4), (4,)]),
+    ("amax_dims_and_max", lambda x: x.amax(dim=(0, 1)) * x.sum() + x.max() ** 2, [(3, 4)]),
+    ("elementwise_0dim", lambda x: x * x.tanh() + x.exp() * x.sigmoid(), [()]),
+    ("pow_tensor_exponent_0dim", lambda x, y: (x * x + 1) ** y.tanh(), [(), ()]),
+    ("softmax_0dim", lambda x: F.softmax(x, dim=0) * x.exp() + F.log_softmax(x, dim=0), [()]),
     ("linear_relu", lambda x, w: F.linear(x, w).relu() * x.sum(), [(3, 4), (2, 4)]),
 ]

@@ -65,8 +65,15 @@ def _root_gradient(t: Tensor, grad: Any, create_graph: bool) -> Any:
     return grad.data if isinstance(grad, Tensor) else grad
 
 
-def _accumulate(leaf: Tensor, g: Any, create_graph: bool) -> None:
-    """AccumulateGrad: leaf.grad += g (never in place: g may be shared with other leaves)."""
+def _accumulate(leaf: Tensor, g: Any, create_graph: bool, copy: bool = False) -> None:
+    """AccumulateGrad: leaf.grad += g, never in place (the old .grad may be held elsewhere).
+
+    The first gradient is stored as is only when it is an array that nobody else holds;
+    ``copy=True`` says it may be shared (a pass-through of a node's incoming gradient, which
+    can also reach another leaf or be the caller's ``gradient`` array; anything a user
+    Function returned). Like torch, we copy then, so an in-place change of one ``.grad``
+    (gradient clipping, say) never leaks into another leaf or into the caller's array.
+    """
     if create_graph:
         if not isinstance(g, Tensor):
             g = Tensor._wrap(g)
@@ -77,12 +84,24 @@ def _accumulate(leaf: Tensor, g: Any, create_graph: bool) -> None:
     elif type(g) is not np.ndarray:  # 0-d arithmetic hands back NumPy scalars
         g = np.asarray(g)
     if leaf.grad is None:
-        if g.dtype != leaf.data.dtype or not g.flags.writeable:
-            # astype copies: the right dtype, and a real array instead of a broadcast view
+        if copy or g.dtype != leaf.data.dtype or not g.flags.writeable:
+            # astype copies: the right dtype, a real array instead of a broadcast view, and
+            # memory of the leaf's own
             g = g.astype(leaf.data.dtype)
         leaf.grad = Tensor._wrap(g)
     else:
         leaf.grad = Tensor._wrap((leaf.grad.data + g).astype(leaf.data.dtype, copy=False))
+
+
+def _passes_through(gi: Any, g: Any) -> bool:
+    """Is ``gi`` (an input's gradient) the node's incoming gradient ``g`` or a view of it?
+    (Add hands g on unchanged, Reshape and Permute as views.) Anything else that a primitive
+    backward returns is a fresh array."""
+    if type(gi) is not np.ndarray:  # a Tensor or a NumPy scalar: copy to be safe (rare)
+        return True
+    return gi is g or (
+        gi.base is not None and np.may_share_memory(gi, g.data if isinstance(g, Tensor) else g)
+    )
 
 
 def _call_backward(node: Context, g: Any, create_graph: bool) -> tuple:
@@ -106,6 +125,18 @@ def _call_backward(node: Context, g: Any, create_graph: bool) -> tuple:
             f"{fn.__name__}.backward returned {len(grads)} gradients but forward took "
             f"{len(node.next_edges)} inputs (return None for non-differentiable ones)"
         )
+    if not node._raw:  # a user Function: check every edge against the recorded input shape
+        for i, (gi, edge, shape) in enumerate(
+            zip(grads, node.next_edges, node.input_shapes, strict=True)
+        ):
+            if gi is None or edge is None:
+                continue
+            gshape = gi.shape if isinstance(gi, (Tensor, np.ndarray, np.generic)) else np.shape(gi)
+            if gshape != shape:
+                raise RuntimeError(
+                    f"Function {fn.__name__}.backward returned a gradient of shape {gshape} "
+                    f"for input {i}, which has shape {shape}"
+                )
     return grads
 
 
@@ -121,8 +152,8 @@ def _run(
     root_nodes: list[Context] = []
     for t, g in zip(roots, grads, strict=True):
         node = t.grad_fn
-        if node is None:  # a leaf as the root: its gradient is the seed itself
-            _deliver_leaf(t, g, create_graph, capture)
+        if node is None:  # a leaf as the root: its gradient is (a copy of) the seed itself
+            _deliver_leaf(t, g, create_graph, capture, copy=True)
             continue
         if node in buffers:
             buffers[node] = buffers[node] + g
@@ -159,7 +190,8 @@ def _run(
                 if gi is not None:
                     if gi.shape != nxt.data.shape:
                         _bad_grad_shape(node, nxt, gi)
-                    _deliver_leaf(nxt, gi, create_graph, capture)
+                    copy = not create_graph and (not node._raw or _passes_through(gi, g))
+                    _deliver_leaf(nxt, gi, create_graph, capture, copy)
                 continue
             if gi is not None:
                 if create_graph and not isinstance(gi, Tensor):
@@ -183,9 +215,11 @@ def _bad_grad_shape(node: Context, leaf: Tensor, g: Any) -> None:
     )
 
 
-def _deliver_leaf(leaf: Tensor, g: Any, create_graph: bool, capture: dict | None) -> None:
+def _deliver_leaf(
+    leaf: Tensor, g: Any, create_graph: bool, capture: dict | None, copy: bool = False
+) -> None:
     if capture is None:
-        _accumulate(leaf, g, create_graph)
+        _accumulate(leaf, g, create_graph, copy)
     elif id(leaf) in capture:
         prev = capture[id(leaf)]
         capture[id(leaf)] = g if prev is None else prev + g
@@ -240,7 +274,7 @@ def _run_first_order(root: Context, seed: np.ndarray, retain_graph: bool) -> Non
                 if gi is not None:
                     if gi.shape != nxt.data.shape:
                         _bad_grad_shape(node, nxt, gi)
-                    _accumulate(nxt, gi, False)
+                    _accumulate(nxt, gi, False, not node._raw or _passes_through(gi, g))
                 continue
             if gi is not None:
                 prev = buffers.get(nxt)

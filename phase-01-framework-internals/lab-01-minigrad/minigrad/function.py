@@ -88,6 +88,7 @@ class Context:
     # Plain class-level defaults instead of an __init__: a node is created per op, and forward
     # may stash extra data on it (ctx.dim = ...) as in torch.
     next_edges: tuple = ()
+    input_shapes: tuple = ()  # recorded for user Functions only (the engine checks them)
     needs_input_grad: tuple[bool, ...] = ()
     _saved: tuple | None = None
     _saved_versions: tuple | None = None
@@ -161,7 +162,10 @@ class Function:
     """
 
     _raw = False  # True for primitives: forward/backward see ndarrays on the fast path.
-    is_view = False  # True when the output shares memory (and so the version) with input 0
+    # True for ops whose output *may* share memory with input 0 (NumPy decides: a reshape of a
+    # non-contiguous array copies, basic indexing views, integer-array indexing copies). For
+    # those, apply checks the actual output, and a real view shares its base's version counter.
+    may_view = False
     _ctx_class: type[Context] = Context
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -200,9 +204,9 @@ class Function:
             except ValueError as e:
                 shapes = [v.shape for v in vals if isinstance(v, np.ndarray)]
                 raise ValueError(f"{cls.__name__}: invalid input shapes {shapes}: {e}") from e
-            if type(out) is not np.ndarray:
-                out = np.asarray(out)
-            result = Tensor._wrap(out)
+            # A 0-d ufunc result is a NumPy scalar: wrap a 0-d array, but keep ``out`` as
+            # forward returned it, so that a saved output is still recognised below.
+            result = Tensor._wrap(out if type(out) is np.ndarray else np.asarray(out))
         else:
             with _grad_mode(False):
                 out = cls.forward(ctx, *args)
@@ -217,10 +221,12 @@ class Function:
                 result = Tensor._wrap(out.data if isinstance(out, Tensor) else np.asarray(out))
             vals = None
 
-        if cls.is_view and isinstance(args[0], Tensor):
+        if cls.may_view and _shares_memory(result, args[0]):
             result._vc = args[0]._vc  # a view shares its base's version counter
 
         if record:
+            # Input shapes, so the engine can check what a user backward returns.
+            ctx.input_shapes = tuple([a.shape if isinstance(a, Tensor) else None for a in args])
             ctx.next_edges = tuple(
                 [
                     (a.grad_fn if a.grad_fn is not None else a) if n else None
@@ -249,7 +255,7 @@ def _resolve_saved(raw_saved: tuple, args: tuple, vals: list | None, out: Any, r
             return args[: len(raw_saved)]
     resolved = []
     for s in raw_saved:
-        if s is out or s is result:
+        if s is out or s is result:  # ``out`` as forward returned it (maybe a NumPy scalar)
             resolved.append(result)
             continue
         if vals is not None:
@@ -259,7 +265,9 @@ def _resolve_saved(raw_saved: tuple, args: tuple, vals: list | None, out: Any, r
                     break
             else:
                 # An intermediate array: a constant as far as higher-order grads go.
-                resolved.append(Tensor._wrap(s) if isinstance(s, np.ndarray) else s)
+                if isinstance(s, (np.ndarray, np.generic)):
+                    s = Tensor._wrap(np.asarray(s))
+                resolved.append(s)
         else:
             resolved.append(s)
     return tuple(resolved)
@@ -300,12 +308,12 @@ class Primitive(Function):
         except ValueError as e:
             shapes = [v.shape for v in vals if isinstance(v, np.ndarray)]
             raise ValueError(f"{cls.__name__}: invalid input shapes {shapes}: {e}") from e
-        if type(out) is not np.ndarray:
-            out = np.asarray(out)
         result = _new_tensor(Tensor)
-        result.data = out
+        # A 0-d ufunc result is a NumPy scalar (np.float64), not an array: wrap it, but keep
+        # ``out`` itself so that _resolve_saved still recognises a saved output by identity.
+        result.data = out if type(out) is np.ndarray else np.asarray(out)
         result.grad = None
-        if cls.is_view and isinstance(args[0], Tensor):
+        if cls.may_view and _shares_memory(result, args[0]):
             result._vc = args[0]._vc  # a view shares its base's version counter
         else:
             result._vc = [0]
@@ -330,3 +338,12 @@ class Primitive(Function):
 
 
 _new_tensor = object.__new__
+
+
+def _shares_memory(result: Tensor, base: Any) -> bool:
+    """Is ``result`` a view of ``base`` (so an in-place change of one changes the other)?"""
+    if not isinstance(base, Tensor):
+        return False
+    out = result.data
+    # Cheap tests first: a fresh copy owns its data; may_share_memory only compares bounds.
+    return out.base is not None and np.may_share_memory(out, base.data)

@@ -55,14 +55,17 @@ def jacobians(fn: Callable, inputs: Sequence[Any], eps: float = 1e-6):
                     analytic[o, i][j] = gi.data.ravel()
     # Grad stays enabled: fn may itself differentiate (gradgradcheck's first_derivatives).
     for i in diff:
-        flat = inputs[i].data.reshape(-1)  # a view: edits reach the input
-        for k in range(flat.size):
-            orig = flat[k]
-            flat[k] = orig + eps
+        data = inputs[i].data
+        # Perturb the input array itself, element by element in C order (the order of the
+        # analytic rows' ravel). Not through data.reshape(-1): for a non-contiguous input that
+        # is a copy, and the edits would never reach the input.
+        for k, idx in enumerate(np.ndindex(data.shape)):
+            orig = data[idx]
+            data[idx] = orig + eps
             plus = [o.data.copy() for o in _outputs(fn, inputs)]
-            flat[k] = orig - eps
+            data[idx] = orig - eps
             minus = [o.data.copy() for o in _outputs(fn, inputs)]
-            flat[k] = orig
+            data[idx] = orig
             for o in range(len(outs)):
                 numeric[o, i][:, k] = ((plus[o] - minus[o]) / (2 * eps)).ravel()
     return analytic, numeric

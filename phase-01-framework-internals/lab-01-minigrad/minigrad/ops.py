@@ -170,10 +170,25 @@ class Pow(Primitive):
 
     @staticmethod
     def backward(ctx, g):
+        # torch's pow_backward masking: d/da is 0 where b == 0 (not 0 * a**-1 = nan at a = 0),
+        # d/db is 0 where a == 0 and b >= 0 (not 0 * log(0) = nan).
         a, b, out = ctx.saved_tensors
         na, nb = ctx.needs_input_grad
-        ga = sum_to(g * b * a ** (b - 1), _shape(a)) if na else None
-        gb = sum_to(g * out * log(a), _shape(b)) if nb else None
+        ga = gb = None
+        if na:
+            bv = value(b)
+            if isinstance(bv, np.ndarray):
+                # where b == 0 the exponent b - 1 becomes 0, so b * a**0 = 0 exactly
+                ga = sum_to(g * b * a ** (b - 1 + (bv == 0)), _shape(a))
+            elif bv == 0:
+                ga = sum_to(g * 0.0, _shape(a))
+            else:
+                ga = sum_to(g * b * a ** (b - 1), _shape(a))
+        if nb:
+            zero_base = (value(a) == 0) & (value(b) >= 0)
+            # log(a) at those points is replaced by log(1) = 0
+            safe_a = a + zero_base if np.any(zero_base) else a
+            gb = sum_to(g * out * log(safe_a), _shape(b))
         return ga, gb
 
 
@@ -218,10 +233,13 @@ class Tanh(Primitive):
 class Sigmoid(Primitive):
     @staticmethod
     def forward(ctx, a):
-        # 0.5 * (1 + tanh(a / 2)) never overflows, unlike 1 / (1 + exp(-a)).
-        out = np.tanh(a * 0.5)
-        out += 1
-        out *= 0.5
+        # Two branches on e = exp(-|a|) <= 1, so nothing overflows: 1 / (1 + e) for a >= 0,
+        # e / (1 + e) for a < 0. The latter keeps full relative accuracy in the negative tail,
+        # where 1 - (something close to 1) would cancel (as 0.5 * (1 + tanh(a / 2)) does).
+        with np.errstate(under="ignore"):  # exp(-1000) underflowing to 0 is right
+            e = np.exp(-np.abs(a))
+        d = 1 + e
+        out = np.where(a >= 0, 1 / d, e / d)
         ctx.save_for_backward(out)
         return out
 
@@ -345,7 +363,8 @@ class Mean(Primitive):
 
 
 class Max(Primitive):
-    """Max over ``axis``; the gradient goes to the (first) arg-max, as in torch.max(dim)."""
+    """Max over one ``axis`` (or all); the gradient goes to the first arg-max, as in
+    torch.max(dim)."""
 
     @staticmethod
     def forward(ctx, a, axis, keepdims):
@@ -370,11 +389,31 @@ class Max(Primitive):
         return expand(g.reshape(ctx.kept), ctx.in_shape) * ctx.mask, None, None
 
 
+class AMax(Primitive):
+    """Max over ``axis`` (None, an int or a tuple); tied maxima share the gradient evenly, as
+    in torch.amax and torch.max() without dim."""
+
+    @staticmethod
+    def forward(ctx, a, axis, keepdims):
+        if a.size == 0:
+            raise ValueError("max of an empty tensor")
+        ctx.in_shape = a.shape
+        ctx.kept = _kept_shape(a.shape, axis)
+        top = a.max(axis=axis, keepdims=True)
+        hits = a == top
+        ctx.weights = (hits / hits.sum(axis=axis, keepdims=True)).astype(a.dtype, copy=False)
+        return top if keepdims else np.squeeze(top, axis=axis)
+
+    @staticmethod
+    def backward(ctx, g):
+        return expand(g.reshape(ctx.kept), ctx.in_shape) * ctx.weights, None, None
+
+
 # ----------------------------------------------------------------------------- shape ops
 
 
 class Reshape(Primitive):
-    is_view = True
+    may_view = True
 
     @staticmethod
     def forward(ctx, a, shape):
@@ -390,7 +429,7 @@ class Reshape(Primitive):
 
 
 class Permute(Primitive):
-    is_view = True
+    may_view = True
 
     @staticmethod
     def forward(ctx, a, axes):
@@ -403,6 +442,8 @@ class Permute(Primitive):
 
 
 class BroadcastTo(Primitive):
+    may_view = True
+
     @staticmethod
     def forward(ctx, a, shape):
         ctx.in_shape = a.shape
@@ -439,6 +480,8 @@ def _unwrap_key(key: Any) -> Any:
 
 class Index(Primitive):
     """``a[key]``: basic indexing (ints, slices, None, ...) and integer-array indexing."""
+
+    may_view = True  # basic indexing returns a view; integer-array indexing a copy
 
     @staticmethod
     def forward(ctx, a, key):

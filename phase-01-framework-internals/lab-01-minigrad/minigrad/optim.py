@@ -14,8 +14,8 @@ class Optimizer:
         self.params = list(params)
         if not self.params:
             raise ValueError("optimizer got an empty parameter list")
-        if lr <= 0:
-            raise ValueError(f"learning rate must be positive, got {lr}")
+        if lr < 0:  # lr = 0 is allowed, as in torch (a frozen schedule step, a dry run)
+            raise ValueError(f"invalid learning rate: {lr} (must be >= 0)")
         self.lr = lr
 
     def zero_grad(self) -> None:

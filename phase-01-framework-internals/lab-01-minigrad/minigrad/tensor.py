@@ -248,8 +248,29 @@ class Tensor:
     def __lt__(self, other: Any) -> np.ndarray:
         return self.data < (other.data if isinstance(other, Tensor) else other)
 
-    # Identity semantics for == keep Tensors usable as dict keys (the engine relies on it).
+    def __ge__(self, other: Any) -> np.ndarray:
+        return self.data >= (other.data if isinstance(other, Tensor) else other)
+
+    def __le__(self, other: Any) -> np.ndarray:
+        return self.data <= (other.data if isinstance(other, Tensor) else other)
+
+    def __eq__(self, other: Any) -> np.ndarray:  # type: ignore[override]  (elementwise, as torch)
+        return self.data == (other.data if isinstance(other, Tensor) else other)
+
+    def __ne__(self, other: Any) -> np.ndarray:  # type: ignore[override]
+        return self.data != (other.data if isinstance(other, Tensor) else other)
+
+    # Hashing stays by identity, so Tensors remain usable as dict keys (dicts test ``is``
+    # before ``==``); the engine keys by node or id anyway.
     __hash__ = object.__hash__
+
+    def __bool__(self) -> bool:
+        if self.data.size != 1:
+            raise RuntimeError(
+                "Boolean value of Tensor with more than one value is ambiguous "
+                f"(shape {self.shape})"
+            )
+        return bool(self.data)
 
     def add(self, other: Any) -> Tensor:
         return ops.Add.apply(self, other)
@@ -294,15 +315,17 @@ class Tensor:
         return ops.Mean.apply(self, _norm_dim(dim, self.ndim), keepdim)
 
     def amax(self, dim: Any = None, keepdim: bool = False) -> Tensor:
-        return ops.Max.apply(self, _norm_dim(dim, self.ndim), keepdim)
+        """As torch.amax: ``dim`` may be a tuple; tied maxima share the gradient evenly."""
+        return ops.AMax.apply(self, _norm_dim(dim, self.ndim), keepdim)
 
     def max(self, dim: int | None = None, keepdim: bool = False) -> Any:
-        """As torch: the maximum value, or ``(values, indices)`` along ``dim``."""
+        """As torch: the maximum value (ties share the gradient evenly), or
+        ``(values, indices)`` along ``dim`` (the gradient goes to the first arg-max)."""
         if dim is None:
-            return ops.Max.apply(self, None, False)
+            return ops.AMax.apply(self, None, False)
         axis = _norm_dim(dim, self.ndim)
         values = ops.Max.apply(self, axis, keepdim)
-        indices = np.argmax(self.data, axis=axis, keepdims=keepdim)
+        indices = np.asarray(np.argmax(self.data, axis=axis, keepdims=keepdim))
         return MaxResult(values, Tensor._wrap(indices))
 
     def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
@@ -327,17 +350,23 @@ class Tensor:
         return self.reshape(*self.shape[:start], -1)
 
     def unsqueeze(self, dim: int) -> Tensor:
-        d = dim if dim >= 0 else dim + self.ndim + 1
+        d = _wrap_dim(dim, self.ndim + 1)  # one more place than dims: -ndim-1 .. ndim
         return self.reshape(*self.shape[:d], 1, *self.shape[d:])
 
     def permute(self, *dims: Any) -> Tensor:
         if len(dims) == 1 and isinstance(dims[0], Sequence):
             dims = tuple(dims[0])
-        if sorted(d % self.ndim for d in dims) != list(range(self.ndim)):
+        if len(dims) != self.ndim:
             raise ValueError(f"permute: {dims} is not a permutation of the {self.ndim} dims")
-        return ops.Permute.apply(self, tuple(d % self.ndim for d in dims))
+        axes = tuple(_wrap_dim(d, self.ndim) for d in dims)
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError(f"permute: {dims} is not a permutation of the {self.ndim} dims")
+        return ops.Permute.apply(self, axes)
 
     def transpose(self, dim0: int, dim1: int) -> Tensor:
+        if self.ndim == 0:  # torch allows transpose(0, 0) and (-1, -1) of a 0-d tensor
+            _wrap_dim(dim0, 0), _wrap_dim(dim1, 0)
+            return ops.Reshape.apply(self, ())
         perm = list(range(self.ndim))
         d0, d1 = _norm_dim(dim0, self.ndim), _norm_dim(dim1, self.ndim)
         perm[d0], perm[d1] = perm[d1], perm[d0]
@@ -359,16 +388,26 @@ class Tensor:
         return ops.BroadcastTo.apply(self, tuple(shape))
 
 
+def _wrap_dim(dim: int, ndim: int) -> int:
+    """torch's maybe_wrap_dim: -ndim <= dim < ndim (a 0-d tensor accepts 0 and -1)."""
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})"
+        )
+    return dim % n
+
+
 def _norm_dim(dim: Any, ndim: int) -> Any:
-    """Normalise an int / sequence / None dim argument; out-of-range dims name the tensor rank."""
+    """Normalise an int / sequence / None dim argument for NumPy's ``axis``. On a 0-d tensor
+    dim 0 / -1 is accepted (as torch) and means the whole (one-element) tensor: None."""
     if dim is None:
         return None
     if isinstance(dim, Sequence):
-        return tuple(_norm_dim(d, ndim) for d in dim)
-    lo = -max(ndim, 1)
-    if not lo <= dim < max(ndim, 1):
-        raise IndexError(f"dim {dim} is out of range for a tensor with {ndim} dims")
-    return dim % max(ndim, 1) if ndim else 0
+        axes = tuple(_wrap_dim(d, ndim) for d in dim)
+        return axes if ndim else None
+    axis = _wrap_dim(dim, ndim)
+    return axis if ndim else None
 
 
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:

@@ -3,7 +3,9 @@
 An expression is ``expr(F, *xs)``: ``F`` is ``minigrad.nn.functional`` or
 ``torch.nn.functional`` and the ``xs`` are that library's tensors, so the very same lambda
 (operators, methods such as ``x.sum(dim=1)``, ``F.softmax``) runs in both. Each input spec is
-a shape (random float64, requires grad) or an ndarray (a constant, e.g. integer targets).
+a shape (random float64, requires grad; ``()`` is a 0-dim tensor) or an ndarray: a float one
+gives fixed values that require grad (ties for max, zeros for pow), an integer one is a
+constant (class targets, indices).
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ import minigrad
 from minigrad.tensor import Tensor
 
 InputSpec = tuple[int, ...] | np.ndarray
+
+
+def requires_grad(spec: InputSpec) -> bool:
+    """A shape or a float array is a differentiable input; an integer array is a constant."""
+    return not isinstance(spec, np.ndarray) or spec.dtype.kind == "f"
 
 
 def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
@@ -49,7 +56,7 @@ def make_inputs(specs: Sequence[InputSpec], seed: int, positive: bool) -> list[n
     arrays = []
     for spec in specs:
         if isinstance(spec, np.ndarray):
-            arrays.append(spec)
+            arrays.append(spec.astype(np.float64) if spec.dtype.kind == "f" else spec)
         elif positive:
             arrays.append(rng.uniform(0.5, 2.0, spec))
         else:
@@ -85,7 +92,7 @@ def compare_with_torch(
     import minigrad.nn.functional as mg_f
 
     arrays = make_inputs(specs, seed, positive)
-    diff = [not isinstance(s, np.ndarray) for s in specs]
+    diff = [requires_grad(s) for s in specs]
     mg_in = [Tensor(a.copy(), requires_grad=d) for a, d in zip(arrays, diff, strict=True)]
     th_in = [torch.tensor(a.copy(), requires_grad=d) for a, d in zip(arrays, diff, strict=True)]
     mg_out = expr(mg_f, *mg_in)
@@ -121,7 +128,7 @@ def second_order_with_torch(
     import minigrad.nn.functional as mg_f
 
     arrays = make_inputs(specs, seed, positive)
-    diff = [not isinstance(s, np.ndarray) for s in specs]
+    diff = [requires_grad(s) for s in specs]
     rng = np.random.default_rng(seed + 2)
     vs = [rng.standard_normal(a.shape) for a, d in zip(arrays, diff, strict=True) if d]
 

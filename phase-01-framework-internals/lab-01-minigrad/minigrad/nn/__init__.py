@@ -45,11 +45,24 @@ class Module:
     def __call__(self, *args: Any) -> Any:
         return self.forward(*args)
 
-    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
+    def named_parameters(
+        self, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
+        """Each parameter once, under its first name (a module or a Parameter used twice
+        must not be updated twice by an optimizer), as torch does."""
+        seen: set[int] = set()
+        for name, p in self._all_named_parameters(prefix):
+            if remove_duplicate:
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+            yield name, p
+
+    def _all_named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
         for name, p in self._parameters.items():
             yield prefix + name, p
         for mname, m in self._modules.items():
-            yield from m.named_parameters(prefix + mname + ".")
+            yield from m._all_named_parameters(prefix + mname + ".")
 
     def parameters(self) -> Iterator[Parameter]:
         for _, p in self.named_parameters():
@@ -69,10 +82,13 @@ class Module:
         return self.train(False)
 
     def state_dict(self) -> OrderedDict[str, np.ndarray]:
-        return OrderedDict((n, p.data.copy()) for n, p in self.named_parameters())
+        # Every name, shared parameters included (torch's state_dict keeps both keys too).
+        return OrderedDict(
+            (n, p.data.copy()) for n, p in self.named_parameters(remove_duplicate=False)
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        own = dict(self.named_parameters())
+        own = dict(self.named_parameters(remove_duplicate=False))
         missing, unexpected = own.keys() - state.keys(), state.keys() - own.keys()
         if missing or unexpected:
             raise KeyError(
