@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.autograd.function import FunctionCtx, once_differentiable
+from torch.autograd.function import FunctionCtx
 
 
 class FusedAttention(torch.autograd.Function):
@@ -34,13 +34,20 @@ class FusedAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable  # lse is not connected to the graph: refuse double backward loudly
     def backward(
         ctx: FunctionCtx, grad_out: torch.Tensor
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None]:
         q, k, v, out, lse = ctx.saved_tensors
         scale = ctx.scale
-        p = torch.exp((q @ k.transpose(-2, -1)) * scale - lse)  # recomputed, not stored
+        scores = (q @ k.transpose(-2, -1)) * scale
+        if torch.is_grad_enabled():
+            # create_graph=True: what we return will be differentiated again, and the saved lse
+            # and out are constants to autograd. Rebuild them from q, k, v with recorded ops so
+            # double backward is exact. (@once_differentiable is no guard here: it only refuses
+            # when grad_out itself requires grad, and would otherwise drop these terms silently.)
+            lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+            out = torch.exp(scores - lse) @ v
+        p = torch.exp(scores - lse)  # recomputed, not stored
         grad_v = p.transpose(-2, -1) @ grad_out
         grad_p = grad_out @ v.transpose(-2, -1)
         row_dot = (grad_out * out).sum(dim=-1, keepdim=True)

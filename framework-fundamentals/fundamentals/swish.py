@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.autograd.function import FunctionCtx, once_differentiable
+from torch.autograd.function import FunctionCtx
 
 
 def swish_derivative(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
@@ -64,11 +64,16 @@ class SwishGrad(torch.autograd.Function):
         return grad_output * dydx
 
     @staticmethod
-    @once_differentiable  # a third derivative would need s connected to x: refuse loudly
     def backward(
         ctx: FunctionCtx, grad_grad_input: torch.Tensor
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
         grad_output, x, s, dydx = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            # create_graph=True: a third derivative will differentiate what we return, and the
+            # saved s and dydx are constants to autograd. Rebuild them from x with recorded ops
+            # so every higher order is exact (the first backward still reuses the saved s).
+            s = torch.sigmoid(x)
+            dydx = swish_derivative(x, s)
         grad_wrt_grad_output = grad_grad_input * dydx if ctx.needs_input_grad[0] else None
         grad_wrt_x = (
             grad_grad_input * grad_output * swish_second_derivative(x, s)

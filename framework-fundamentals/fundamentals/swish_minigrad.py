@@ -62,11 +62,18 @@ class SwishGrad(Function):
         ctx: Context, grad_grad_input: Tensor
     ) -> tuple[Tensor | None, Tensor | None, None]:
         grad_output, x, s, dydx = ctx.saved_tensors
+        if minigrad.is_grad_enabled():
+            # create_graph=True: a third derivative will differentiate what we return, and the
+            # saved s and dydx are constants to the graph. Rebuild them from x with recorded
+            # ops so every higher order is exact (the first backward still reuses the saved s).
+            s = x.sigmoid()
+            dydx = s + x * s * (1 - s)
+            second = s * (1 - s) * (2 + x * (1 - 2 * s))
+            grad_wrt_grad_output = grad_grad_input * dydx if ctx.needs_input_grad[0] else None
+            grad_wrt_x = grad_grad_input * grad_output * second if ctx.needs_input_grad[1] else None
+            return grad_wrt_grad_output, grad_wrt_x, None
         gg, sd, xd = grad_grad_input.data, s.data, x.data
         second = sd * (1 - sd) * (2 + xd * (1 - 2 * sd))
-        # Computed on arrays: a third derivative would need s connected to x, so the result
-        # is deliberately a constant (a further backward through it fails loudly, as with
-        # torch's once_differentiable).
         grad_wrt_grad_output = minigrad.tensor(gg * dydx.data) if ctx.needs_input_grad[0] else None
         grad_wrt_x = (
             minigrad.tensor(gg * grad_output.data * second) if ctx.needs_input_grad[1] else None

@@ -40,6 +40,24 @@ def test_saves_no_n_by_n_tensor_and_is_stable_for_large_scores():
     assert torch.isfinite(out).all() and all(torch.isfinite(t.grad).all() for t in (q, k, v))
 
 
+def test_double_backward_is_exact():
+    q, k, v = _qkv(n=3, m=4, d=4, e=3, seed=2)
+    assert torch.autograd.gradgradcheck(fused_attention, (q, k, v), eps=1e-6, atol=1e-6, rtol=1e-4)
+
+    def second_order(attention):
+        # A second path (q**3) keeps the graph alive, so a dropped attention term would be
+        # silent rather than an error.
+        out = attention(q, k, v)
+        loss = (out * torch.arange(3.0, dtype=out.dtype)).sum() + (q**3).sum()
+        (g,) = torch.autograd.grad(loss, q, create_graph=True)
+        return torch.autograd.grad(g.sum(), (q, k, v))
+
+    ours = second_order(fused_attention)
+    ref = second_order(torch.nn.functional.scaled_dot_product_attention)
+    for a, b in zip(ours, ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
 def test_shape_errors_name_the_shapes():
     q, k, v = _qkv(d=4)
     with pytest.raises(ValueError, match="same last dimension"):

@@ -187,3 +187,30 @@ def test_minigrad_swish_module_and_bad_input():
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-v"]))
+
+
+def _third_derivative_torch(fn, values):
+    x = _double(values)
+    (g,) = torch.autograd.grad(fn(x).sum(), x, create_graph=True)
+    (h,) = torch.autograd.grad(g.sum(), x, create_graph=True)
+    (t,) = torch.autograd.grad(h.sum(), x)
+    return t
+
+
+def test_third_derivative_is_exact_not_silently_dropped():
+    """Past the analytic second derivative, autograd differentiates the rebuilt expression:
+    the third derivative equals silu's (before, the swish part of it silently came out 0)."""
+    values = [-3.0, -0.5, 0.0, 0.5, 2.0]
+
+    def plus_cube(t, act):
+        return act(t) + t**3  # the cube keeps the graph alive even if swish's part were lost
+
+    expected = _third_derivative_torch(lambda t: plus_cube(t, torch.nn.functional.silu), values)
+    ours = _third_derivative_torch(lambda t: plus_cube(t, swish), values)
+    torch.testing.assert_close(ours, expected, rtol=1e-10, atol=1e-12)
+
+    x = minigrad.tensor(np.array(values), requires_grad=True)
+    (g,) = minigrad.autograd.grad(plus_cube(x, minigrad_swish).sum(), x, create_graph=True)
+    (h,) = minigrad.autograd.grad(g.sum(), x, create_graph=True)
+    (t,) = minigrad.autograd.grad(h.sum(), x)
+    np.testing.assert_allclose(t.data, expected.numpy(), rtol=1e-10, atol=1e-12)
