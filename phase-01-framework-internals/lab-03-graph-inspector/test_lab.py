@@ -118,6 +118,72 @@ def test_explain_retracing_restores_tf_function_call():
             pass
 
 
+def test_retrace_of_a_function_traced_before_monitoring():
+    # Regression: the first monitored retrace was reported as "first call", 0 retraces.
+    result = retrace_scenarios.traced_before_monitoring()
+    text = result.log.report()
+    assert "first call" not in text, text
+    assert len(result.log.retraces) == 1 and result.log.records[0].retraced
+    assert "x: now float32[2], before float32[1] (a trace made before monitoring began)" in text
+
+
+def test_retrace_monitor_stores_the_generalized_trace_of_reduce_retracing():
+    # Regression: the stored trace kept the call's [4,3], so a Python-value retrace also blamed x.
+    result = retrace_scenarios.python_value_under_reduce_retracing()
+    traced = [r for r in result.log.records if r.new_traces]
+    assert [(c.arg, c.kind) for c in traced[-1].causes] == [("flag", "python value")]
+    shape_fix = traced[1].causes[0].fix
+    assert "reduce_retracing is on" in shape_fix and "use tf.function(" not in shape_fix
+
+
+def test_explain_retracing_of_a_class_method_watches_every_instance():
+    # Regression: explain_retracing(Model.step) watched nothing; a second instance was blamed on
+    # "a new tf.function object" with the advice to hoist it.
+    result = retrace_scenarios.method_on_new_instance()
+    assert result.traces == 2 == result.tf_tracing_count
+    second = result.log.records[1]
+    assert [c.kind for c in second.causes] == ["new instance"]
+    text = result.log.report()
+    assert "each object's bound method has its own trace cache" in text
+    assert "hoist" not in text and "new tf.function object" not in text
+
+    class Model(tf.Module):
+        @tf.function
+        def step(self, x):
+            return x
+
+    with pytest.warns(UserWarning, match="never called"):
+        with explain_retracing(Model.step):
+            pass
+
+
+def test_retrace_names_a_container_type_change():
+    # Regression: a list replaced by a tuple was "unexplained" (the same leaf paths).
+    result = retrace_scenarios.container_type_changed()
+    text = result.log.report()
+    assert "batch['b']: now tuple, before list" in text and "unexplained" not in text
+
+
+def test_composite_tensor_arguments_are_keyed_by_type_spec():
+    # Regression: RaggedTensor was "unhashable", SparseTensor "object identity".
+    from graph_inspector.retrace import describe
+
+    result = retrace_scenarios.composite_tensors()
+    text = result.log.report()
+    assert "s: now SparseTensor float32[4,3], before SparseTensor float32[2,3] [shape]" in text
+    assert "unhashable" not in text and "object identity" not in text
+    a = describe(tf.ragged.constant([[1.0, 2.0], [3.0]]))
+    b = describe(tf.ragged.constant([[1.0], [3.0, 4.0, 5.0]]))
+    assert a.key == b.key and a.kind == "composite"
+
+
+def test_object_hashed_by_value_is_not_called_identity():
+    # Regression: a frozen dataclass changing value was labelled [object identity].
+    result = retrace_scenarios.object_value()
+    assert result.found("config", "object value")
+    assert "object identity" not in result.log.report()
+
+
 # --- graph inspection and cost model -----------------------------------------------------------
 
 
@@ -204,6 +270,20 @@ def test_report_counts_inputs_outputs_captures():
     ]
     assert report.captured("variable") == (1, 3 * 4 * 4)
     assert report.captured("constant") == (1, 4 * 4)
+
+
+def test_report_inputs_skip_python_values_in_the_signature():
+    # Regression: a Python value before a tensor shifted the input names (and the count took
+    # captured variables for inputs).
+    v = tf.Variable(tf.ones([2, 3]))
+
+    @tf.function
+    def f(x, scale=1.0, training=False, extra=None):
+        y = x * scale * v
+        return y + tf.reduce_sum(extra["a"]) if training else y
+
+    report = trace_and_inspect(f, tf.ones([2, 3]), training=True, extra={"a": tf.ones([4])})
+    assert [(t.name, t.shape) for t in report.inputs] == [("x", (2, 3)), ("extra['a']", (4,))]
 
 
 def test_nested_tf_function_calls_are_expanded():
@@ -330,10 +410,12 @@ def test_cli_bad_path_and_not_a_savedmodel(tmp_path, command):
     assert proc.returncode == cli.EXIT_USAGE
 
 
-def test_cli_corrupt_savedmodel_is_one_line(tmp_path):
+@pytest.mark.parametrize("command", ["inspect", "convert"])
+def test_cli_corrupt_savedmodel_is_one_line(tmp_path, command):
     (tmp_path / "saved_model.pb").write_bytes(b"not a protobuf")
-    proc = run_cli("inspect", str(tmp_path))
+    proc = run_cli(command, str(tmp_path))
     assert_one_line_error(proc, "could not be loaded as a SavedModel")
+    assert proc.returncode == cli.EXIT_USAGE  # convert exited 1 with an OSError line
 
 
 @pytest.fixture(scope="module")

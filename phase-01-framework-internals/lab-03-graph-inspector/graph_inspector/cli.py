@@ -210,9 +210,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
         from graph_inspector.pipeline import convert_savedmodel
     except ImportError as exc:
         raise CliError(f"the TFLite pipeline is not available: {exc}", EXIT_FAILED) from exc
+    from graph_inspector.inspect_graph import NotASavedModelError
+
     with native_stderr_captured() as native_log:
         try:
             result = convert_savedmodel(folder, out)
+        except NotASavedModelError as exc:  # a corrupt saved_model.pb: a usage error, like inspect
+            raise CliError(str(exc)) from exc
         except Exception:
             if os.environ.get("GRAPH_INSPECTOR_DEBUG"):
                 sys.stderr.write(native_log.read())

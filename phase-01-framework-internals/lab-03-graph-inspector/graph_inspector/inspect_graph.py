@@ -363,7 +363,12 @@ def inspect_concrete_function(concrete: Any, expand_calls: bool = True) -> Graph
     }
     walker.walk(graph, prefix="", input_aliases={}, graph_stack=[graph])
 
-    flat_inputs = tf.nest.flatten(concrete.structured_input_signature, expand_composites=True)
+    # Python values in the signature are constants of the graph, not inputs: count TypeSpecs.
+    flat_inputs = [
+        leaf
+        for leaf in tf.nest.flatten(concrete.structured_input_signature, expand_composites=True)
+        if isinstance(leaf, tf.TypeSpec)
+    ]
     user_inputs = [t for t in graph.inputs[: len(flat_inputs)]]
     paths = _input_paths(concrete, len(user_inputs))
     inputs = [
@@ -490,20 +495,48 @@ def _tensor_dict(t: TensorInfo) -> dict[str, Any]:
     return {"name": t.name, "dtype": t.dtype, "shape": None if t.shape is None else list(t.shape)}
 
 
-def flatten_with_paths(value: Any, path: str = "") -> list[tuple[str, Any]]:
+@dataclass(frozen=True)
+class Container:
+    """A list/tuple/dict node, yielded by ``flatten_with_paths(..., containers=True)`` before
+    its leaves: the trace cache keys the container type too (a list is not a tuple)."""
+
+    type_name: str
+
+
+def flatten_with_paths(
+    value: Any, path: str = "", containers: bool = False
+) -> list[tuple[str, Any]]:
     """Leaves of a nested structure with their paths (``x``, ``batch[0]``, ``cfg['lr']``),
-    in ``tf.nest`` order (dict keys sorted) so paths line up with graph inputs."""
-    if isinstance(value, dict):
-        out = []
-        for key in sorted(value, key=repr):
-            out += flatten_with_paths(value[key], f"{path}[{key!r}]")
-        return out
-    if isinstance(value, list | tuple):
-        out = []
-        for i, item in enumerate(value):
-            out += flatten_with_paths(item, f"{path}[{i}]")
+    in ``tf.nest`` order (dict keys sorted) so paths line up with graph inputs.
+
+    ``containers=True`` also yields ``(path, Container(type name))`` for every list, tuple and
+    dict, before its contents."""
+    if isinstance(value, dict | list | tuple):
+        out: list[tuple[str, Any]] = []
+        if containers:
+            out.append((path, Container(type(value).__qualname__)))
+        if isinstance(value, dict):
+            for key in sorted(value, key=repr):
+                out += flatten_with_paths(value[key], f"{path}[{key!r}]", containers)
+        else:
+            for i, item in enumerate(value):
+                out += flatten_with_paths(item, f"{path}[{i}]", containers)
         return out
     return [(path, value)]
+
+
+def _graph_input_leaves(value: Any, path: str) -> list[str]:
+    """Paths of the leaves that become graph inputs: TypeSpecs only (Python values in the
+    signature are baked into the graph), a composite one (RaggedTensorSpec…) once per component."""
+    import tensorflow as tf
+
+    named: list[str] = []
+    for p, leaf in flatten_with_paths(value, path):
+        if not isinstance(leaf, tf.TypeSpec):
+            continue
+        parts = tf.nest.flatten(leaf, expand_composites=True)
+        named += [p] if len(parts) == 1 else [f"{p}#{j}" for j in range(len(parts))]
+    return named
 
 
 def _input_paths(concrete: Any, count: int) -> list[str]:
@@ -514,11 +547,9 @@ def _input_paths(concrete: Any, count: int) -> list[str]:
         params = []
     named: list[str] = []
     for i, arg in enumerate(args):
-        named += [
-            p for p, _ in flatten_with_paths(arg, params[i] if i < len(params) else f"arg{i}")
-        ]
+        named += _graph_input_leaves(arg, params[i] if i < len(params) else f"arg{i}")
     for key in sorted(kwargs):
-        named += [p for p, _ in flatten_with_paths(kwargs[key], key)]
+        named += _graph_input_leaves(kwargs[key], key)
     named += [f"input_{i}" for i in range(len(named), count)]
     return named[:count]
 

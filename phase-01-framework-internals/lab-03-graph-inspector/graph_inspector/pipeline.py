@@ -98,8 +98,15 @@ def load_serving_fn(savedmodel_dir: str | Path, signature_key: str = SERVING_KEY
     """The reloaded signature as ``fn(inputs: dict) -> np.ndarray`` (its first output)."""
     import tensorflow as tf
 
+    from graph_inspector.inspect_graph import NotASavedModelError
+
     check_is_savedmodel(savedmodel_dir)
-    loaded = tf.saved_model.load(str(savedmodel_dir))
+    try:
+        loaded = tf.saved_model.load(str(savedmodel_dir))
+    except Exception as exc:  # noqa: BLE001 - corrupt protobufs raise many types (OSError…)
+        raise NotASavedModelError(
+            f"{savedmodel_dir} could not be loaded as a SavedModel: {exc}"
+        ) from exc
     if signature_key not in loaded.signatures:
         raise ConversionError(
             f"{savedmodel_dir} has no signature {signature_key!r} "

@@ -3,8 +3,11 @@
 TensorFlow only counts traces (``experimental_get_tracing_count``) and warns "N out of the last
 M calls triggered retracing". The monitor here watches calls, notices each one that traced (the
 tracing count went up), describes every argument leaf the way the trace cache keys it (tensors
-by dtype and shape, Python values by value, other objects by hash — identity by default) and
-diffs the call against the *closest* earlier trace. Each difference becomes a :class:`Cause`
+by dtype and shape, RaggedTensor/SparseTensor by TypeSpec, lists/tuples/dicts by type, Python
+values by value, other objects by hash — identity by default) and diffs the call against the
+*closest* earlier trace, as TF traced it (read from the new concrete function's input signature,
+so reduce_retracing's generalized [None, 3] is what later calls meet; traces made before
+monitoring began are read the same way). Each difference becomes a :class:`Cause`
 ("x: now float32[4,3], before float32[2,3]") with the fix to apply.
 
 Two ways to use it::
@@ -25,12 +28,13 @@ import inspect
 import itertools
 import logging
 import re
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from graph_inspector.inspect_graph import flatten_with_paths
+from graph_inspector.inspect_graph import Container, flatten_with_paths
 
 __all__ = ["ArgState", "CallRecord", "Cause", "RetraceLog", "RetraceMonitor", "explain_retracing"]
 
@@ -42,12 +46,15 @@ _PY_SCALARS = (bool, int, float, complex, str, bytes, type(None))
 class ArgState:
     """One argument leaf as the trace cache sees it."""
 
-    kind: str  # "tensor", "variable", "python", "callable", "object", "unhashable"
+    # "tensor", "variable", "composite", "python", "callable", "object", "unhashable",
+    # "container" (a list/tuple/dict node), "unknown" (a trace's non-tensor input TF did not keep)
+    kind: str
     text: str  # how it is shown: "float32[4,3]", "True", "Config at 0x7f..."
     key: Any  # what decides reuse: equal keys -> the same trace can serve both calls
     dtype: str | None = None
     shape: tuple[int | None, ...] | None = None
     closure: tuple[tuple[str, str], ...] = ()  # for callables: captured names and values
+    by_value: bool = False  # objects: hashed by value (own __hash__), not by identity
 
 
 @dataclass(frozen=True)
@@ -111,15 +118,27 @@ def describe(value: Any) -> ArgState:
     import numpy as np
     import tensorflow as tf
 
-    if isinstance(value, tf.Variable):
+    if isinstance(value, Container):
+        return ArgState("container", value.type_name, ("container", value.type_name))
+    if type(value).__name__ == "UnknownArgument":  # a trace's signature: a non-tensor TF hid
+        return ArgState("unknown", "an object TF does not record", ("unknown",))
+    if isinstance(value, tf.Variable) or type(value).__name__ == "VariableSpec":
         shape = _shape_of(value)
         dtype = _dtype_name(value)
         key = ("var", dtype, shape)
         return ArgState("variable", f"Variable {_fmt(dtype, shape)}", key, dtype, shape)
-    if isinstance(value, tf.Tensor | np.ndarray | np.generic):
+    if isinstance(value, tf.Tensor | np.ndarray | np.generic | tf.TensorSpec):
         shape = _shape_of(value)
         dtype = _dtype_name(value)
         return ArgState("tensor", _fmt(dtype, shape), ("tensor", dtype, shape), dtype, shape)
+    if isinstance(value, tf.__internal__.CompositeTensor | tf.TypeSpec):
+        # RaggedTensor, SparseTensor…: the trace cache keys them by their TypeSpec.
+        try:
+            spec = value if isinstance(value, tf.TypeSpec) else tf.type_spec_from_value(value)
+        except (TypeError, ValueError):  # no spec: fall back to hashing the object
+            spec = None
+        if spec is not None:
+            return _describe_spec(spec)
     if isinstance(value, _PY_SCALARS):
         return ArgState("python", repr(value), ("py", type(value).__name__, value))
     if callable(value) and (inspect.isfunction(value) or inspect.ismethod(value)):
@@ -137,7 +156,19 @@ def describe(value: Any) -> ArgState:
         )
     custom_hash = type(value).__hash__ is not object.__hash__
     shown = repr(value) if custom_hash else f"{_type_name(value)} at 0x{id(value):x}"
-    return ArgState("object", _clip(shown), ("obj", _type_name(value), h))
+    return ArgState("object", _clip(shown), ("obj", _type_name(value), h), by_value=custom_hash)
+
+
+def _describe_spec(spec: Any) -> ArgState:
+    """A composite tensor's TypeSpec (RaggedTensorSpec, SparseTensorSpec…) as an ArgState."""
+    name = type(spec).__name__.removesuffix("Spec")
+    dtype_obj = getattr(spec, "dtype", None)
+    dtype = getattr(dtype_obj, "name", None) if dtype_obj is not None else None
+    shape = _shape_of(spec) if getattr(spec, "shape", None) is not None else None
+    text = f"{name} {_fmt(dtype, shape)}" if dtype is not None else repr(spec)
+    if getattr(spec, "ragged_rank", None) is not None:
+        text += f" (ragged_rank={spec.ragged_rank})"
+    return ArgState("composite", _clip(text, 80), ("spec", spec), dtype, shape)
 
 
 def _fmt(dtype: str | None, shape: tuple[int | None, ...] | None) -> str:
@@ -242,11 +273,29 @@ def bind_arguments(python_fn: Callable[..., Any], args: tuple, kwargs: dict) -> 
 
 
 def describe_call(python_fn: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, ArgState]:
+    return describe_named(bind_arguments(python_fn, args, kwargs))
+
+
+def describe_named(named: dict[str, Any]) -> dict[str, ArgState]:
+    """Argument name -> value, described per leaf (and per container: its type is keyed too)."""
     states: dict[str, ArgState] = {}
-    for name, value in bind_arguments(python_fn, args, kwargs).items():
-        for path, leaf in flatten_with_paths(value, name):
+    for name, value in named.items():
+        for path, leaf in flatten_with_paths(value, name, containers=True):
             states[path] = describe(leaf)
     return states
+
+
+def traced_states(concrete: Any) -> dict[str, ArgState] | None:
+    """What TF actually traced, read from a concrete function's input signature: tensors with the
+    shapes of the trace (None where reduce_retracing generalized), Python values, containers."""
+    try:
+        args, kwargs = concrete.structured_input_signature
+        params = list(concrete.function_type.parameters)
+    except Exception:  # noqa: BLE001 - private layout changed: no traced view
+        return None
+    named = {params[i] if i < len(params) else f"arg{i}": a for i, a in enumerate(args)}
+    named.update(kwargs)
+    return describe_named(named)
 
 
 def _non_value_leaves(args: tuple, kwargs: dict) -> list[Any]:
@@ -275,6 +324,35 @@ def _cause(path: str, now: ArgState | None, before: ArgState | None) -> Cause:
             "absent" if before is None else present.text,
             "keep the nesting of arguments fixed (same list length, same dict keys) or pack "
             "variable-length data into one tensor",
+        )
+    if now.kind == "container" or before.kind == "container":
+        return Cause(
+            path,
+            "structure",
+            now.text,
+            before.text,
+            "pass the same container type every call: a list and a tuple (or a dict and a "
+            "namedtuple) holding the same values are different trace keys"
+            if now.kind == before.kind
+            else "keep each argument the same kind of value every call (always a tensor, or "
+            "always the same container)",
+        )
+    if now.kind == "composite" and before.kind == "composite":
+        spec_name = type(now.key[1]).__name__
+        if now.dtype != before.dtype:
+            kind = "dtype"
+        elif now.shape != before.shape and spec_name == type(before.key[1]).__name__:
+            kind = "shape"
+        else:
+            kind = "spec"
+        return Cause(
+            path,
+            kind,
+            now.text,
+            before.text,
+            f"give the function input_signature=[tf.{spec_name}(...)] with None where the size "
+            f"varies{_here(_generalized_shape(now.shape, before.shape))}, or use "
+            "tf.function(reduce_retracing=True)",
         )
     if now.kind in ("tensor", "variable") and before.kind == now.kind:
         if now.dtype != before.dtype:
@@ -332,6 +410,16 @@ def _cause(path: str, now: ArgState | None, before: ArgState | None) -> Cause:
         return Cause(path, "unhashable", now.text, before.text, _UNHASHABLE_FIX)
     if now.kind == "object" and before.kind == "object":
         same_type = now.key[1] == before.key[1]
+        if same_type and now.by_value:
+            return Cause(
+                path,
+                "object value",
+                now.text,
+                before.text,
+                "this object is hashed by value (its own __hash__, e.g. a frozen dataclass): "
+                "every distinct value gets its own graph, like a Python number. Keep the set "
+                "of values small, or pass the fields that change as tensors",
+            )
         return Cause(
             path,
             "object identity" if same_type else "object type",
@@ -350,6 +438,10 @@ def _cause(path: str, now: ArgState | None, before: ArgState | None) -> Cause:
     )
 
 
+def _here(spec: str) -> str:
+    return "" if spec == "None" else f" (here {spec})"
+
+
 _UNHASHABLE_FIX = (
     "tf.function must hash non-tensor arguments to look up a trace: define __hash__ and __eq__ "
     "by value (or the tracing protocol __tf_tracing_type__), or pass the tensors it holds"
@@ -359,8 +451,13 @@ _UNHASHABLE_FIX = (
 def _served_by(now: ArgState, before: ArgState) -> bool:
     """Could a trace made for ``before`` serve ``now``? Equal keys, or a tensor whose earlier
     trace had None where this one has a size (TF's trace types are subtypes, not equalities)."""
-    if now.key == before.key:
+    if now.key == before.key or before.kind == "unknown":  # unknown: no difference provable
         return True
+    if now.kind == before.kind == "composite":
+        try:
+            return bool(now.key[1].is_subtype_of(before.key[1]))
+        except Exception:  # noqa: BLE001 - a spec without the TraceType relation
+            return False
     if now.kind == before.kind and now.kind in ("tensor", "variable"):
         if now.dtype != before.dtype or before.shape is None:
             return now.dtype == before.dtype and before.shape is None
@@ -377,7 +474,15 @@ def diff_states(now: dict[str, ArgState], before: dict[str, ArgState]) -> list[C
         if a is not None and b is not None and _served_by(a, b):
             continue
         causes.append(_cause(path, a, b))
-    return causes
+    # A container that changed type (list -> tuple, tensor -> list) explains what is inside it.
+    changed = [
+        c.arg
+        for c in causes
+        if any(
+            st is not None and st.kind == "container" for st in (now.get(c.arg), before.get(c.arg))
+        )
+    ]
+    return [c for c in causes if not any(c.arg.startswith(p + "[") for p in changed)]
 
 
 # --- the monitor -------------------------------------------------------------------------------
@@ -390,6 +495,7 @@ class _Trace:
     # Strong references to the non-tensor arguments of this trace: identity keys (id()) must
     # not be reused by new objects while we still compare against this trace.
     objects: list[Any] = field(default_factory=list)
+    prior: bool = False  # made before monitoring began: states read from TF's signature only
 
 
 class RetraceMonitor:
@@ -419,6 +525,12 @@ class RetraceMonitor:
         self.traces_before = fn.experimental_get_tracing_count()
         self.records: list[CallRecord] = []
         self._traces: list[_Trace] = []
+        # Traces made before monitoring began: compare later calls with what TF recorded.
+        if self.traces_before:
+            for concrete in self._concretes():
+                states = traced_states(concrete)
+                if states is not None:
+                    self._traces.append(_Trace(states, {}, prior=True))
         self.log._register(self)
 
     # What the log numbers objects of the same code by (for "redefined in a loop").
@@ -460,7 +572,8 @@ class RetraceMonitor:
                 for s in self._signatures()
                 if s not in signatures_before and _GENERALIZED.search(s.split(" -> ")[0])
             ]
-            self._traces.append(_Trace(states, captured, _non_value_leaves(args, kwargs)))
+            traced = self._traced_view(states, signatures_before)
+            self._traces.append(_Trace(traced, captured, _non_value_leaves(args, kwargs)))
         elif error is not None:
             record.causes = [c for c in self._why_failed(states, error)]
         else:
@@ -472,12 +585,47 @@ class RetraceMonitor:
         self.log._emit(record)
         return result
 
-    def _signatures(self) -> list[str]:
+    def _concretes(self) -> list[Any]:
         try:
-            concretes = self.fn._list_all_concrete_functions()  # noqa: SLF001 - no public API
+            return list(self.fn._list_all_concrete_functions())  # noqa: SLF001 - no public API
         except Exception:  # noqa: BLE001 - private API moved: skip this detail
             return []
-        return [str(c.function_type) for c in concretes]
+
+    def _signatures(self) -> list[str]:
+        return [str(c.function_type) for c in self._concretes()]
+
+    def _traced_view(
+        self, states: dict[str, ArgState], signatures_before: list[str]
+    ) -> dict[str, ArgState]:
+        """The call's states with each tensor as TF traced it: with reduce_retracing the new
+        trace is generalized ([None, 3]), and later calls must be compared with that."""
+        seen = set(signatures_before)
+        for concrete in self._concretes():
+            if str(concrete.function_type) in seen:
+                continue
+            traced = traced_states(concrete)
+            if not traced:
+                continue
+            merged = dict(states)
+            for path, now in states.items():
+                t = traced.get(path)
+                if (
+                    t is not None
+                    and now.kind in ("tensor", "variable", "composite")
+                    and t.kind == now.kind
+                    and _served_by(now, t)
+                ):
+                    merged[path] = t
+            return merged
+        return states
+
+    def _instance(self) -> Any:
+        """The object a tf.function method is bound to (None for a plain tf.function)."""
+        bound = inspect.unwrap(self.fn.python_function)
+        target = getattr(bound, "__self__", None) if inspect.ismethod(bound) else None
+        if type(target).__name__ == "TfMethodTarget":  # TF's weak wrapper around the instance
+            target = target.target
+        return target
 
     def _why_traced(
         self,
@@ -497,9 +645,40 @@ class RetraceMonitor:
                     "guarded by `if self.v is None`) and only .assign() inside",
                 )
             )
+        if not self._traces and self.traces_before:
+            causes.append(
+                Cause(
+                    "<call>",
+                    "traced before monitoring",
+                    "first call seen by the monitor",
+                    f"{self.traces_before} trace(s) made before monitoring began; earlier "
+                    "inputs unknown",
+                    "start the monitor before the first call to see every cause",
+                )
+            )
+            return causes
         if not self._traces:
             siblings = self.log._traced_siblings(self)
-            if siblings:
+            instance = self._instance()
+            prev_instance = siblings[-1]._instance() if siblings else None
+            if siblings and instance is not None and prev_instance is not None:
+                prev = siblings[-1]
+                same = any(not diff_states(states, t.states) for t in prev._traces)
+                causes.append(
+                    Cause(
+                        "<self>",
+                        "new instance",
+                        f"{_type_name(instance)} at 0x{id(instance):x} (new instance: each "
+                        "object's bound method has its own trace cache)",
+                        f"{_type_name(prev_instance)} at 0x{id(prev_instance):x}, already "
+                        f"traced with {'the same' if same else 'other'} inputs",
+                        "expected once per instance and input signature: a tf.function method "
+                        "traces again for every new object. To share traces, reuse the object, "
+                        "or move the computation into one tf.function outside the class that "
+                        "takes the tensors/variables as arguments",
+                    )
+                )
+            elif siblings:
                 prev = siblings[-1]
                 number = len(siblings) + 1
                 causes.append(
@@ -527,9 +706,26 @@ class RetraceMonitor:
             key=lambda t: len(diff_states(states, t.states)),
         )
         arg_causes = diff_states(states, best.states)
+        if best.prior:
+            arg_causes = [
+                replace(c, before=f"{c.before} (a trace made before monitoring began)")
+                for c in arg_causes
+            ]
+        if getattr(self.fn, "_reduce_retracing", False):
+            arg_causes = [_reduce_retracing_on(c) for c in arg_causes]
         causes += arg_causes
         if not causes:
             causes += _capture_changes(captured, best.captured, "closure")
+        if not causes and best.prior:
+            causes.append(
+                Cause(
+                    "<call>",
+                    "traced before monitoring",
+                    "arguments TF's record of an earlier trace cannot tell apart",
+                    "a trace made before monitoring began (Python objects it saw are unknown)",
+                    "start the monitor before the first call to see every cause",
+                )
+            )
         if not causes:
             causes.append(
                 Cause(
@@ -571,6 +767,22 @@ class RetraceMonitor:
                     for c in _capture_changes(captured, trace.captured, "closure")
                 ]
         return []
+
+
+def _reduce_retracing_on(cause: Cause) -> Cause:
+    """reduce_retracing is already on: do not suggest it; say what TF does instead."""
+    if cause.kind != "shape":
+        return cause
+    fix = cause.fix.split(", or use tf.function(reduce_retracing=True)")[0]
+    fix = fix.split(" (None where")[0]
+    return Cause(
+        cause.arg,
+        cause.kind,
+        cause.now,
+        cause.before,
+        "reduce_retracing is on: TF traced once more, generalized (None where sizes differ), "
+        f"and later sizes reuse that trace; to avoid even this trace, {fix}",
+    )
 
 
 def _capture_changes(
@@ -667,15 +879,26 @@ def explain_retracing(
 ) -> Iterator[RetraceLog]:
     """Watch tf.function calls made inside the block; yields the :class:`RetraceLog`.
 
-    ``target``: a tf.function object (watch it), a plain Python function (watch every
+    ``target``: a tf.function object (watch it; for a method taken from the class, such as
+    ``Model.step``, also every instance's bound copy), a plain Python function (watch every
     tf.function built from its code, which catches redefinition in a loop), a list of these,
-    or None (watch every tf.function called in the block). ``echo=print`` prints each trace
-    explanation as it happens.
+    or None (watch every tf.function called in the block). A named target that no call
+    matched is reported with a warning at the end of the block. ``echo=print`` prints each
+    trace explanation as it happens.
     """
     import tensorflow as tf
 
     targets = target if isinstance(target, list | tuple) else [target]
     objects = {id(t) for t in targets if isinstance(t, tf.types.experimental.PolymorphicFunction)}
+    # A tf.function method taken from the class (Model.step) is never called itself: TF binds
+    # a separate Function per instance (instance.step). Match those bound copies by their code.
+    method_codes = {
+        getattr(inspect.unwrap(t.python_function), "__code__", None): t
+        for t in targets
+        if isinstance(t, tf.types.experimental.PolymorphicFunction)
+        and not inspect.ismethod(inspect.unwrap(t.python_function))  # not already bound
+    }
+    method_codes.pop(None, None)
     codes = {
         inspect.unwrap(t).__code__
         for t in targets
@@ -694,11 +917,23 @@ def explain_retracing(
     function_class = _function_class()
     original_call = function_class.__call__
 
+    seen: set[int] = set()  # ids of the targets that matched a call
+
     def watched(fn: Any) -> bool:
-        if watch_all or id(fn) in objects:
+        if watch_all:
             return True
-        code = getattr(inspect.unwrap(fn.python_function), "__code__", None)
-        return code in codes
+        if id(fn) in objects:
+            seen.add(id(fn))
+            return True
+        unwrapped = inspect.unwrap(fn.python_function)
+        code = getattr(unwrapped, "__code__", None)
+        if code in codes:
+            seen.add(id(code))
+            return True
+        if code in method_codes and inspect.ismethod(unwrapped):  # a bound copy of a target
+            seen.add(id(method_codes[code]))
+            return True
+        return False
 
     def patched_call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not watched(self):
@@ -717,6 +952,14 @@ def explain_retracing(
     function_class.__call__ = patched_call
     try:
         yield log
+        for t in targets:
+            key = id(t) if id(t) in objects else id(getattr(inspect.unwrap(t), "__code__", None))
+            if t is not None and key not in seen:
+                warnings.warn(
+                    f"explain_retracing: {getattr(t, '__qualname__', t)!r} was never called in "
+                    "the block (nothing of it was watched)",
+                    stacklevel=3,
+                )
     finally:
         function_class.__call__ = original_call
         tf_logger.removeFilter(_drop_tf_retracing_warning)

@@ -5,7 +5,10 @@ both run these, so what the report shows is what the tests check.
 Triggers: new shape, new dtype, new Python value, new closure (a callable argument), a
 tf.function redefined in a loop (closing over a changed value), a Python object that changes
 identity, an unhashable object, a variable created on a later call, and a captured value that
-changes *without* a retrace (the stale-graph bug). Then the three fixes, measured.
+changes *without* a retrace (the stale-graph bug). Then cases the monitor must not get wrong:
+a function traced before monitoring began, a Python value changing under reduce_retracing, a
+tf.function method called on a second instance, a list passed as a tuple, composite tensors
+(RaggedTensor, SparseTensor), an object hashed by value. Then the three fixes, measured.
 """
 
 from __future__ import annotations
@@ -231,6 +234,119 @@ def stale_closure() -> ScenarioResult:
     )
 
 
+def traced_before_monitoring() -> ScenarioResult:
+    tf = _tf()
+
+    @tf.function
+    def double(x):
+        return x * 2
+
+    double(tf.ones([1]))  # traced before the monitor starts
+    with explain_retracing(double) as log:
+        double(tf.ones([2]))  # a retrace, compared with the [1] trace TF recorded
+    return ScenarioResult("function traced before monitoring began", log, 1, [("x", "shape")])
+
+
+def python_value_under_reduce_retracing() -> ScenarioResult:
+    tf = _tf()
+
+    @tf.function(reduce_retracing=True)
+    def shift(x, flag):
+        return x + 1 if flag else x
+
+    with explain_retracing(shift) as log:
+        shift(tf.ones([2, 3]), False)
+        shift(tf.ones([4, 3]), False)  # retraces, generalized to [None, 3]
+        shift(tf.ones([5, 3]), False)  # served by [None, 3]
+        shift(tf.ones([5, 3]), True)  # only the Python value is new
+    return ScenarioResult(
+        "Python value changes under reduce_retracing",
+        log,
+        3,
+        [("x", "shape"), ("flag", "python value")],
+    )
+
+
+def method_on_new_instance() -> ScenarioResult:
+    tf = _tf()
+
+    class Model(tf.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = tf.Variable(2.0)
+
+        @tf.function
+        def step(self, x):
+            return x + self.w
+
+    first, second = Model(), Model()
+    # Model.step is the class's tf.function; first.step and second.step are bound copies.
+    with explain_retracing(Model.step) as log:
+        first.step(tf.ones([3]))
+        second.step(tf.ones([3]))  # same inputs, new instance: its own trace cache
+    return ScenarioResult(
+        "tf.function method called on a new instance", log, 2, [("<self>", "new instance")]
+    )
+
+
+def container_type_changed() -> ScenarioResult:
+    tf = _tf()
+
+    @tf.function
+    def total(batch):
+        return batch["a"] + tf.reduce_sum(batch["b"][0])
+
+    with explain_retracing(total) as log:
+        total({"a": tf.ones([2]), "b": [tf.ones([3]), tf.ones([1])]})
+        total({"a": tf.ones([2]), "b": (tf.ones([3]), tf.ones([1]))})  # list -> tuple
+    return ScenarioResult("a list passed as a tuple", log, 2, [("batch['b']", "structure")])
+
+
+def composite_tensors() -> ScenarioResult:
+    tf = _tf()
+
+    @tf.function
+    def ragged_sum(r):
+        return tf.reduce_sum(r)
+
+    @tf.function
+    def sparse_sum(s):
+        return tf.sparse.reduce_sum(s)
+
+    with explain_retracing([ragged_sum, sparse_sum]) as log:
+        ragged_sum(tf.ragged.constant([[1.0, 2.0], [3.0]]))
+        ragged_sum(tf.ragged.constant([[1.0], [3.0, 4.0, 5.0]]))  # same RaggedTensorSpec: reuses
+        ragged_sum(tf.ragged.constant([[[1.0]], [[3.0]]]))  # one more ragged dimension
+        sparse_sum(tf.sparse.from_dense(tf.ones([2, 3])))
+        sparse_sum(tf.sparse.from_dense(tf.ones([4, 3])))  # dense shape changed
+    return ScenarioResult(
+        "RaggedTensor / SparseTensor spec changes", log, 4, [("r", "shape"), ("s", "shape")]
+    )
+
+
+@dataclass(frozen=True)
+class _FrozenConfig:
+    """Hashed by value (frozen dataclass): equal values share a trace, new values do not."""
+
+    lr: float
+
+
+def object_value() -> ScenarioResult:
+    tf = _tf()
+
+    @tf.function
+    def sgd_update(grad, config):
+        return grad * config.lr
+
+    with explain_retracing(sgd_update) as log:
+        sgd_update(tf.ones([2]), _FrozenConfig(0.1))
+        sgd_update(tf.ones([2]), _FrozenConfig(0.1))  # equal value: reuses
+        sgd_update(tf.ones([2]), _FrozenConfig(0.2))  # new value: retraces
+    return ScenarioResult(
+        "Python object hashed by value changes value", log, 2, [("config", "object value")]
+    )
+
+
 def fix_input_signature() -> ScenarioResult:
     tf = _tf()
 
@@ -281,6 +397,12 @@ TRIGGERS: list[Callable[[], ScenarioResult]] = [
     unhashable_object,
     variable_on_later_call,
     stale_closure,
+    traced_before_monitoring,
+    python_value_under_reduce_retracing,
+    method_on_new_instance,
+    container_type_changed,
+    composite_tensors,
+    object_value,
 ]
 FIXES: list[Callable[[], ScenarioResult]] = [
     fix_input_signature,
