@@ -177,10 +177,7 @@ def _run(
             else:
                 in_grads = _call_backward(node, g, create_graph)
             if not retain_graph and node._saved_versions is not None:
-                # Free the saved tensors (and their references); remember that we did.
-                node._saved = node._raw_saved = None
-                node._saved_versions = ()
-                node._freed = True
+                _free_saved(node)
         else:
             in_grads = (None,) * len(node.next_edges)
         for nxt, gi in zip(node.next_edges, in_grads, strict=True):
@@ -262,9 +259,7 @@ def _run_first_order(root: Context, seed: np.ndarray, retain_graph: bool) -> Non
         else:
             in_grads = _call_backward(node, g, False)
         if not retain_graph and node._saved_versions is not None:
-            node._saved = node._raw_saved = None
-            node._saved_versions = ()
-            node._freed = True
+            _free_saved(node)
         for nxt, gi in zip(edges, in_grads, strict=True):
             if nxt is None:
                 continue
@@ -285,6 +280,14 @@ def _run_first_order(root: Context, seed: np.ndarray, retain_graph: bool) -> Non
                 ready.append(nxt)
     if buffers:
         _report_cycle(buffers)
+
+
+def _free_saved(node: Context) -> None:
+    """Drop the saved tensors (and their references) once used; remember that we did, so a
+    second backward through this node says to pass retain_graph=True."""
+    node._saved = node._raw_saved = None
+    node._saved_versions = ()
+    node._freed = True
 
 
 def _report_cycle(buffers: dict[Context, Any]) -> None:

@@ -227,20 +227,7 @@ class Function:
         if record:
             # Input shapes, so the engine can check what a user backward returns.
             ctx.input_shapes = tuple([a.shape if isinstance(a, Tensor) else None for a in args])
-            ctx.next_edges = tuple(
-                [
-                    (a.grad_fn if a.grad_fn is not None else a) if n else None
-                    for a, n in zip(args, needs, strict=True)
-                ]
-            )
-            raw_saved = ctx._raw_saved
-            if raw_saved:
-                saved = _resolve_saved(raw_saved, args, vals, out, result)
-                ctx._saved = saved
-                # (tensor, version at save time) for every saved Tensor, checked at backward.
-                ctx._saved_versions = tuple([(t, t._vc[0]) for t in saved if isinstance(t, Tensor)])
-            result.grad_fn = ctx
-            result._rg = True
+            _link(ctx, args, needs, vals, out, result)
         return result
 
 
@@ -321,20 +308,26 @@ class Primitive(Function):
             result.grad_fn = None
             result._rg = False
             return result
-        ctx.next_edges = tuple(
-            [
-                (a.grad_fn or a) if n else None  # a node, or the leaf itself
-                for a, n in zip(args, needs, strict=True)
-            ]
-        )
-        raw_saved = ctx._raw_saved
-        if raw_saved:
-            saved = _resolve_saved(raw_saved, args, vals, out, result)
-            ctx._saved = saved
-            ctx._saved_versions = tuple([(t, t._vc[0]) for t in saved if isinstance(t, Tensor)])
-        result.grad_fn = ctx
-        result._rg = True
+        _link(ctx, args, needs, vals, out, result)
         return result
+
+
+def _link(ctx: Context, args: tuple, needs: tuple, vals: tuple, out: Any, result: Tensor) -> None:
+    """Record ``result`` as made by ``ctx``: its edges to the inputs and what it saved."""
+    ctx.next_edges = tuple(
+        [
+            (a.grad_fn if a.grad_fn is not None else a) if n else None  # a node, or the leaf
+            for a, n in zip(args, needs, strict=True)
+        ]
+    )
+    raw_saved = ctx._raw_saved
+    if raw_saved:
+        saved = _resolve_saved(raw_saved, args, vals, out, result)
+        ctx._saved = saved
+        # (tensor, version at save time) for every saved Tensor, checked at backward.
+        ctx._saved_versions = tuple([(t, t._vc[0]) for t in saved if isinstance(t, Tensor)])
+    result.grad_fn = ctx
+    result._rg = True
 
 
 _new_tensor = object.__new__
