@@ -207,10 +207,6 @@ class BertModel(keras.Model):
         pooled = self.pooler(hidden[:, 0])
         return hidden, pooled
 
-    def build_with_dummy_input(self) -> None:
-        """Create every variable now (Keras builds lazily on the first call)."""
-        build_eagerly(self)
-
 
 class BertForSequenceClassification(keras.Model):
     """BERT encoder + dropout + linear head on the pooled [CLS] vector; returns logits."""
@@ -244,9 +240,6 @@ class BertForSequenceClassification(keras.Model):
     ):
         _, pooled = self.bert(input_ids, attention_mask, token_type_ids, training=training)
         return self.classifier(self.dropout(pooled, training=training))
-
-    def build_with_dummy_input(self) -> None:
-        build_eagerly(self)
 
 
 def build_eagerly(model: keras.Model) -> None:
@@ -325,8 +318,7 @@ def load_hf_bert(checkpoint_dir: str | Path) -> tuple[BertModel, BertConfig]:
     config = BertConfig.from_hf_json(checkpoint_dir / "config.json")
     tensors = {k.removeprefix("bert."): v for k, v in load_file(str(weights_path)).items()}
 
-    model = BertModel(config, name="bert")
-    model.build_with_dummy_input()
+    model = BertModel(config, name="bert")  # builds its variables eagerly
     for hf_name, variable, transpose in _hf_to_keras_pairs(model):
         if hf_name not in tensors:
             if hf_name.startswith("pooler."):
