@@ -10,6 +10,7 @@ GB/s counts each tensor read or written once (forward: x, y; backward adds g, y,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -24,9 +25,11 @@ sys.path.insert(0, str(LAB_DIR))
 import warp_softmax  # noqa: E402
 from warp_softmax.benchmark import (  # noqa: E402
     BenchResult,
+    bench_backward_op,
     copy_bandwidth_gbps,
     plot_speedups,
     run_grid,
+    steady_allocator,
 )
 
 FULL_ROW_LENGTHS = [7, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768]
@@ -37,7 +40,8 @@ def print_result(r: BenchResult) -> None:
     print(
         f"{r.device:4} {r.dtype:8} {r.mode:16} {r.rows:6d} x {r.row_length:<6d} "
         f"warp {r.ours_ms:8.3f} ms  F.softmax {r.torch_ms:8.3f} ms  "
-        f"speedup {r.speedup:5.2f}x  {r.ours_gbps:6.1f} vs {r.torch_gbps:6.1f} GB/s",
+        f"speedup {r.speedup:5.2f}x  {r.ours_gbps:6.1f} vs {r.torch_gbps:6.1f} GB/s  "
+        f"page faults/call {r.ours_page_faults:.0f} vs {r.torch_page_faults:.0f}",
         flush=True,
     )
 
@@ -66,6 +70,15 @@ def cpu_summary(results: list[BenchResult]) -> dict:
 
 
 def main() -> None:
+    args = parse_args()
+    allocator = (
+        contextlib.nullcontext("glibc malloc as is") if args.malloc_as_is else steady_allocator()
+    )
+    with allocator as allocator_description:
+        run(args, allocator_description)
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few shapes, fewer repetitions")
     parser.add_argument("--out", type=Path, default=LAB_DIR / "results", help="output folder")
@@ -77,11 +90,30 @@ def main() -> None:
         help="CPU threads (default: torch's, i.e. every core); 1 isolates the kernels from "
         "thread scheduling on a busy machine",
     )
+    parser.add_argument(
+        "--backward-op",
+        action="store_true",
+        help="instead of the grid: softmax_backward alone vs ATen's _softmax_backward_data, "
+        "inputs in cache (1 pair) and from memory (8 pairs) -> results/bench-backward-op.json",
+    )
+    parser.add_argument(
+        "--malloc-as-is",
+        action="store_true",
+        help="leave glibc malloc's moving thresholds alone (default: fix them, see "
+        "warp_softmax.benchmark.steady_allocator; as is, some points time page faults)",
+    )
     args = parser.parse_args()
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    return args
+
+
+def run(args: argparse.Namespace, allocator: str) -> None:
     if args.threads is not None:
-        if args.threads < 1:
-            parser.error(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
+    if args.backward_op:
+        run_backward_op(args, allocator)
+        return
 
     row_lengths = QUICK_ROW_LENGTHS if args.quick else FULL_ROW_LENGTHS
     modes = ["forward", "forward+backward"]
@@ -93,6 +125,7 @@ def main() -> None:
         "cpu_threads": torch.get_num_threads(),
         "cpu_kernel": warp_softmax.cpu_capability(),
         "threads_used_by_kernel": warp_softmax.threads_used(1024, 4096),
+        "allocator": allocator,
         # The machine may be shared: the load average says how quiet it was.
         "load_average_1_5_15_min": list(os.getloadavg()),
         "results": [],
@@ -151,7 +184,11 @@ def main() -> None:
         all_results += gpu
     report["results"] = [r.as_dict() for r in all_results]
     args.out.mkdir(parents=True, exist_ok=True)
-    suffix = ("-quick" if args.quick else "") + (f"-{args.threads}t" if args.threads else "")
+    suffix = (
+        ("-quick" if args.quick else "")
+        + (f"-{args.threads}t" if args.threads else "")
+        + ("-malloc-as-is" if args.malloc_as_is else "")
+    )
     json_path = args.out / f"bench{suffix}.json"
     json_path.write_text(json.dumps(report, indent=2))
     png_path = plot_speedups(
@@ -163,6 +200,37 @@ def main() -> None:
         if key in report:
             print(key, json.dumps(report[key], indent=1))
     print(f"wrote {json_path} and {png_path}")
+
+
+def run_backward_op(args: argparse.Namespace, allocator: str) -> None:
+    results = []
+    for dtype in (torch.float32, torch.bfloat16):
+        for n in (4096, 32768):
+            for pairs in (1, 8):
+                r = bench_backward_op(dtype, n, pairs, reps=10 if args.quick else 30)
+                results.append(r.as_dict())
+                where = "in cache   " if pairs == 1 else "from memory"
+                print(
+                    f"softmax_backward {r.dtype:8} {r.rows:5d} x {r.row_length:<6d} inputs "
+                    f"{where}: warp {r.ours_ms:.3f} ms  ATen {r.aten_ms:.3f} ms  "
+                    f"speedup {r.speedup:.2f}x",
+                    flush=True,
+                )
+    args.out.mkdir(parents=True, exist_ok=True)
+    suffix = f"-{args.threads}t" if args.threads else ""
+    path = args.out / f"bench-backward-op{suffix}.json"
+    report = {
+        "command": " ".join(["python", *sys.argv]),
+        "torch": torch.__version__,
+        "cpu_threads": torch.get_num_threads(),
+        "cpu_kernel": warp_softmax.cpu_capability(),
+        "allocator": allocator,
+        "streaming_stores": os.environ.get("WARP_SOFTMAX_STREAMING_STORES", "1") != "0",
+        "load_average_1_5_15_min": list(os.getloadavg()),
+        "results": results,
+    }
+    path.write_text(json.dumps(report, indent=2))
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -47,10 +47,21 @@ constexpr int64_t kLanes = Vec::size();
 // exp(x) for the x <= 0 that softmax feeds it (x - max), to ~1 ulp: Cody-Waite range
 // reduction x = k*ln2 + r, |r| <= ln2/2, and the Cephes degree-5 polynomial for e^r.
 // Written with Vectorized ops so that every capability gets FMA-based code of its own width.
-inline Vec exp_nonpositive(const Vec& x) {
+// The forward is bound by this function's arithmetic (about 15 cycles per 16 floats on the
+// AVX-512 machine measured), so the AVX-512 build scales by 2^k with one vscalefps, which also
+// handles underflow, instead of building 2^k in the exponent bits and masking the x < -87.3
+// lanes (six instructions, four of them for ATen's compare-and-blend).
+inline Vec exp_nonpositive(const Vec& x_in) {
   const Vec log2e(1.44269504088896341f);
   const Vec neg_ln2_hi(-0.693359375f);
   const Vec neg_ln2_lo(2.12194440e-4f);
+#if defined(CPU_CAPABILITY_AVX512)
+  // Below -104, e^x rounds to 0 in float32, and clamping keeps r finite for x = -inf.
+  // max_ps returns its second operand when either is NaN, so a NaN passes through.
+  const Vec x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x_in);
+#else
+  const Vec& x = x_in;
+#endif
   const Vec k = (x * log2e).round();
   Vec r = at::vec::fmadd(k, neg_ln2_hi, x);
   r = at::vec::fmadd(k, neg_ln2_lo, r);
@@ -61,12 +72,30 @@ inline Vec exp_nonpositive(const Vec& x) {
   p = at::vec::fmadd(p, r, Vec(1.6666665459e-1f));
   p = at::vec::fmadd(p, r, Vec(5.0000001201e-1f));
   const Vec e_r = at::vec::fmadd(p, r * r, r) + Vec(1.0f);
+#if defined(CPU_CAPABILITY_AVX512)
+  return _mm512_scalef_ps(e_r, k);  // e_r * 2^k, rounding to denormals / 0 below 2^-126
+#else
   // 2^k built directly in the exponent bits; valid for k >= -126, i.e. x >= -87.3.
   const VecInt k_int = at::vec::convert_to_int_of_same_size(k);
   const Vec two_k = at::vec::cast<float>((k_int + VecInt(127)) << VecInt(23));
   const Vec result = e_r * two_k;
   // Below ln(FLT_MIN) (and at -inf) the answer is 0; NaN compares false and stays NaN.
   return Vec::blendv(result, Vec(0.0f), x < Vec(-87.33654f));
+#endif
+}
+
+// max(a, b) for the forward's max pass, one instruction where the CPU has one. Unlike
+// at::vec::maximum it need not propagate NaN (that costs two more instructions per vector):
+// a NaN in the row makes exp(x - m) NaN for that element whatever m is, hence the row's sum and
+// every output NaN, exactly as F.softmax.
+inline Vec max_ignoring_nan(const Vec& a, const Vec& b) {
+#if defined(CPU_CAPABILITY_AVX512)
+  return _mm512_max_ps(a, b);
+#elif defined(CPU_CAPABILITY_AVX2)
+  return _mm256_max_ps(a, b);
+#else
+  return at::vec::maximum(a, b);
+#endif
 }
 
 // Horizontal reductions by log2(lanes) shuffles (ATen's vec_reduce_all); they matter for short
@@ -85,12 +114,12 @@ float row_max(const float* x, int64_t n) {
   Vec m0 = neg_inf, m1 = neg_inf, m2 = neg_inf, m3 = neg_inf;
   int64_t i = 0;
   for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
-    m0 = at::vec::maximum(m0, Vec::loadu(x + i));
-    m1 = at::vec::maximum(m1, Vec::loadu(x + i + kLanes));
-    m2 = at::vec::maximum(m2, Vec::loadu(x + i + 2 * kLanes));
-    m3 = at::vec::maximum(m3, Vec::loadu(x + i + 3 * kLanes));
+    m0 = max_ignoring_nan(m0, Vec::loadu(x + i));
+    m1 = max_ignoring_nan(m1, Vec::loadu(x + i + kLanes));
+    m2 = max_ignoring_nan(m2, Vec::loadu(x + i + 2 * kLanes));
+    m3 = max_ignoring_nan(m3, Vec::loadu(x + i + 3 * kLanes));
   }
-  for (; i + kLanes <= n; i += kLanes) m0 = at::vec::maximum(m0, Vec::loadu(x + i));
+  for (; i + kLanes <= n; i += kLanes) m0 = max_ignoring_nan(m0, Vec::loadu(x + i));
   if (i < n) {
     const int64_t rest = n - i;
     m1 = at::vec::maximum(m1, Vec::set(neg_inf, Vec::loadu(x + i, rest), rest));
@@ -270,8 +299,16 @@ void backward_float_rows(const float* grad_output, const float* output, float* g
       // Plain stores up to the first aligned address, then whole aligned vectors streamed.
       const int64_t head = std::min(n, elements_to_alignment(dx));
       scaled_difference(g, y, dx, 0, head, s);
+      // This pass finds the row's g and y in L1/L2 and leaves the memory bus idle, so it asks
+      // for the next row's, which the next dot product would otherwise wait for (measured
+      // ~10% faster with inputs coming from memory, README "The backward").
+      const bool prefetch_next_row = r + 1 < rows;
       int64_t i = head;
       for (; i + kLanes <= n; i += kLanes) {
+        if (prefetch_next_row) {
+          __builtin_prefetch(g + n + i, /*rw=*/0, /*locality=L2*/ 2);
+          __builtin_prefetch(y + n + i, /*rw=*/0, /*locality=L2*/ 2);
+        }
         stream_store(dx + i, Vec::loadu(y + i) * (Vec::loadu(g + i) - s));
       }
       scaled_difference(g, y, dx, i, n, s);

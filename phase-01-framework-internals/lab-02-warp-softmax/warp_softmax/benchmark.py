@@ -4,16 +4,19 @@ medians, speedup ratios (F.softmax time / warp_softmax time) and effective GB/s.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import resource
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from . import softmax
+from . import softmax, softmax_backward
 
 # Bytes moved per element, counting each tensor read or written once.
 BYTES_PER_ELEMENT_FACTOR = {"forward": 2, "forward+backward": 5}  # fwd: x,y; bwd: +g,y,dx
@@ -31,6 +34,10 @@ class BenchResult:
     speedup: float  # torch_ms / ours_ms
     ours_gbps: float
     torch_gbps: float
+    # Minor page faults per call (process-wide, so CPU-side only): a few thousand per call means
+    # the allocator handed out fresh pages and the timing is mostly the kernel zeroing them.
+    ours_page_faults: float = 0.0
+    torch_page_faults: float = 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -41,25 +48,78 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def _time_interleaved(
     fns: list[Callable[[], object]], device: str, reps: int, warmup: int
-) -> list[float]:
-    """Median seconds per call of each fn; calls alternate (and their order flips every
-    repetition) so slow phases of a shared machine hit every fn alike."""
+) -> tuple[list[float], list[float]]:
+    """Median seconds per call of each fn, and its minor page faults per call; calls alternate
+    (and their order flips every repetition) so slow phases of a shared machine hit every fn
+    alike."""
     for _ in range(warmup):
         for fn in fns:
             fn()
     _synchronize(device)
     samples: list[list[float]] = [[] for _ in fns]
+    faults = [0] * len(fns)
     for rep in range(reps):
         order = range(len(fns)) if rep % 2 == 0 else reversed(range(len(fns)))
         for i in order:
             _synchronize(device)
+            faults_before = _minor_faults()
             start = time.perf_counter()
             fns[i]()
             _synchronize(device)
             samples[i].append(time.perf_counter() - start)
-    return [statistics.median(s) for s in samples]
+            faults[i] += _minor_faults() - faults_before
+    return [statistics.median(s) for s in samples], [f / reps for f in faults]
+
+
+# glibc's mallopt parameters (malloc.h) and their documented defaults.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_GLIBC_DEFAULT_THRESHOLD = 128 * 1024
+
+
+def _mallopt() -> Callable[[int, int], int] | None:
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018 -- raises AttributeError where libc isn't glibc
+        return libc.mallopt
+    except (OSError, AttributeError):
+        return None
+
+
+@contextlib.contextmanager
+def steady_allocator(threshold_bytes: int = 32 << 20) -> Iterator[str]:
+    """Keep freed tensor memory in glibc's heap while benchmarking, so both ops reuse mapped
+    pages instead of faulting in fresh ones.
+
+    torch's CPU allocator is plain malloc. glibc serves a 4 MiB block from its heap or from a
+    fresh mmap depending on a threshold it moves at run time, and gives heap memory back to the
+    kernel when more than twice that threshold is free at the top. Which regime a benchmark
+    point lands in depends on what ran before it: in the fresh-page regime every call takes
+    about 1,000 page faults per 4 MiB tensor and the kernel zeroes each page, ~4 ms per
+    forward+backward for *both* ops, and the kernels' difference vanishes in it (measured:
+    README "Speed (CPU)"). Fixed thresholds make every point steady; jemalloc or tcmalloc
+    (PyTorch's CPU tuning guide) do the same for a real workload. On exit both thresholds go
+    back to glibc's initial 128 KiB (its run-time adjustment of them stays off). Yields a
+    description for the report."""
+    mallopt = _mallopt()
+    if mallopt is None:
+        yield "allocator as is (not glibc)"
+        return
+    mallopt(_M_MMAP_THRESHOLD, threshold_bytes)
+    mallopt(_M_TRIM_THRESHOLD, 8 * threshold_bytes)
+    try:
+        yield (
+            f"glibc malloc with fixed thresholds: mmap >= {threshold_bytes >> 20} MiB, "
+            f"trim > {8 * threshold_bytes >> 20} MiB (steady_allocator)"
+        )
+    finally:
+        mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
+        mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
 
 
 def _workload(fn, x: torch.Tensor, grad: torch.Tensor, mode: str, dim: int) -> Callable[[], object]:
@@ -95,7 +155,7 @@ def bench_one(
         x = torch.randn(max(1, rows // INNER), row_length, INNER, device=device).to(dtype)
     dim = -1 if last_dim else 1
     grad = torch.randn_like(x)
-    ours, theirs = _time_interleaved(
+    (ours, theirs), (ours_faults, torch_faults) = _time_interleaved(
         [_workload(softmax, x, grad, mode, dim), _workload(F.softmax, x, grad, mode, dim)],
         device,
         reps=reps,
@@ -113,6 +173,8 @@ def bench_one(
         speedup=theirs / ours,
         ours_gbps=nbytes / ours / 1e9,
         torch_gbps=nbytes / theirs / 1e9,
+        ours_page_faults=ours_faults,
+        torch_page_faults=torch_faults,
     )
 
 
@@ -139,12 +201,66 @@ def run_grid(
     return results
 
 
+@dataclass
+class BackwardOpResult:
+    """softmax_backward alone against ATen's _softmax_backward_data (what F.softmax's autograd
+    calls), on `pairs` distinct (grad_output, output) pairs used in turn: 1 pair stays in cache
+    between calls, 8 pairs of 4 MiB (64 MiB) make every call read its inputs from memory."""
+
+    dtype: str
+    rows: int
+    row_length: int
+    pairs: int
+    ours_ms: float  # median
+    aten_ms: float  # median
+    speedup: float  # aten_ms / ours_ms
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def bench_backward_op(
+    dtype: torch.dtype, row_length: int, pairs: int, reps: int, elements: int = 1 << 20
+) -> BackwardOpResult:
+    rows = max(1, elements // row_length)
+    inputs = [
+        (
+            torch.randn(rows, row_length).to(dtype),
+            torch.softmax(torch.randn(rows, row_length), -1).to(dtype),
+        )
+        for _ in range(pairs)
+    ]
+
+    def over_pairs(fn: Callable[[torch.Tensor, torch.Tensor], object]) -> Callable[[], object]:
+        # One timed call runs every pair once; the per-call time is that divided by `pairs`.
+        return lambda: [fn(g, y) for g, y in inputs]
+
+    (ours, aten), _ = _time_interleaved(
+        [
+            over_pairs(lambda g, y: softmax_backward(g, y, -1)),
+            over_pairs(lambda g, y: torch._softmax_backward_data(g, y, -1, dtype)),
+        ],
+        "cpu",
+        reps=reps,
+        warmup=3,
+    )
+    return BackwardOpResult(
+        dtype=str(dtype).removeprefix("torch."),
+        rows=rows,
+        row_length=row_length,
+        pairs=pairs,
+        ours_ms=ours / pairs * 1e3,
+        aten_ms=aten / pairs * 1e3,
+        speedup=aten / ours,
+    )
+
+
 def copy_bandwidth_gbps(device: str, elements: int = 1 << 27, reps: int = 20) -> float:
     """The device's measured copy bandwidth (bytes read + written per second), the ceiling a
     memory-bound kernel such as softmax can approach."""
     src = torch.empty(elements, device=device, dtype=torch.float32)
     dst = torch.empty_like(src)
-    (seconds,) = _time_interleaved([lambda: dst.copy_(src)], device, reps=reps, warmup=3)
+    (seconds,), _ = _time_interleaved([lambda: dst.copy_(src)], device, reps=reps, warmup=3)
     return 2 * src.numel() * src.element_size() / seconds / 1e9
 
 
