@@ -105,6 +105,8 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if args.threads is not None and args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: this torch sees no CUDA device (torch.cuda.is_available())")
     return args
 
 
@@ -169,7 +171,7 @@ def run(args: argparse.Namespace, allocator: str) -> None:
             dtypes + [torch.float16],
             modes,
             elements=1 << 26,
-            reps=20 if args.quick else 50,
+            reps=10 if args.quick else 30,  # each sample is CUDA_CALLS_PER_SAMPLE calls
             progress=print_result,
         )
         f32_long = [r for r in gpu if r.row_length >= 4096 and r.mode == "forward"]

@@ -1,13 +1,18 @@
 // warp_softmax CUDA kernels: one warp (32 threads) per row, reductions with __shfl_xor_sync.
 //
+// Softmax is memory-bound on a GPU: the goal is to read each input once and write each output
+// once, with enough loads in flight to cover memory latency.
 // Forward, row length n:
-//   n <= 32 * kMaxRegisterElems  the row lives in registers: each lane holds ceil(n/32) values,
-//                                so global memory is read once and written once.
-//   larger rows                  two passes over global memory: an online max-and-sum pass
-//                                (running max m, running sum s rescaled by exp(m_old - m_new)),
-//                                then a pass that writes exp(x - m) / s; both with 16-byte
-//                                vector loads when the row is aligned for them.
-// Backward: s = sum(g * y) by a warp reduction, then dx = y * (g - s).
+//   short rows (n <= 32 * 128 for float32 / bfloat16 / float16, 32 * 32 for float64)
+//       the row lives in registers: each lane holds up to 128 values, loaded with 16-byte
+//       vector loads (when the row is aligned for them) all issued before the first use, so
+//       global memory is read once and written once.
+//   longer rows
+//       two passes over global memory: an online max-and-sum pass (running max m, running sum
+//       s rescaled by exp(m_old - m_new)), then a pass that writes exp(x - m) / s; both with
+//       16-byte loads, kUnroll of them in flight per lane. The row is read twice.
+// Backward, s = sum(g * y) by a warp reduction, then dx = y * (g - s): rows up to 32 * 64
+// elements (float acc) keep g and y in registers; longer ones read them twice, unrolled.
 // float32 / bfloat16 / float16 accumulate in float32 (float64 in float64), and every launch
 // goes on the current stream, so the op composes with other streams and with CUDA graphs.
 #include <ATen/AccumulateType.h>
@@ -22,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 
 #include "checks.h"
@@ -33,7 +39,6 @@ using at::Tensor;
 
 constexpr int kWarpSize = 32;
 constexpr int kWarpsPerBlock = 4;  // 128 threads: 4 rows per block
-constexpr int kMaxRegisterElems = 32;  // rows up to 1024 elements stay in registers
 
 // std::numeric_limits is host-only without --expt-relaxed-constexpr; this works everywhere.
 template <typename T>
@@ -41,13 +46,17 @@ __device__ __forceinline__ T infinity() {
   return static_cast<T>(INFINITY);
 }
 
+// NaN-propagating max, like F.softmax: a NaN anywhere in the row makes the row NaN.
+template <typename T>
+__device__ __forceinline__ T max_nan(T a, T b) {
+  return (a != a || b != b) ? a + b : (a > b ? a : b);
+}
+
 template <typename T>
 __device__ __forceinline__ T warp_max(T v) {
 #pragma unroll
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    const T other = __shfl_xor_sync(0xffffffffu, v, offset);
-    // NaN-propagating, like F.softmax: a NaN anywhere in the row makes the row NaN.
-    v = (v != v) ? v : ((other != other || other > v) ? other : v);
+    v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, offset));
   }
   return v;
 }
@@ -74,77 +83,133 @@ __device__ __forceinline__ void online_combine(acc_t& m, acc_t& s, acc_t other_m
   s = a + b;
 }
 
-template <typename scalar_t, typename acc_t, int kElems>
-__global__ void softmax_forward_registers(const scalar_t* __restrict__ input,
-                                          scalar_t* __restrict__ output, int64_t rows,
-                                          int n) {
+// 16-byte packets: 4 floats, 8 halves or 2 doubles per load when the row is 16-byte aligned.
+template <typename scalar_t>
+struct alignas(16) Packet {
+  static constexpr int kSize = 16 / static_cast<int>(sizeof(scalar_t));
+  scalar_t v[kSize];
+};
+
+// Values a lane may keep in registers for a register-resident row (nvcc allocates up to 255
+// 32-bit registers per thread; 128 floats leave room for the rest, 32 doubles take 64).
+template <typename acc_t>
+constexpr int kMaxRegisterValues = sizeof(acc_t) == 4 ? 128 : 32;
+constexpr int kUnroll = 4;  // packets in flight per lane in the looped kernels
+
+// Load kPack elements at element index i (a whole packet when kPack > 1) as acc_t; `valid`
+// false fills `fill` instead, without touching memory.
+template <typename scalar_t, typename acc_t, int kPack>
+__device__ __forceinline__ void load_values(const scalar_t* p, int64_t i, bool valid, acc_t fill,
+                                            acc_t (&out)[kPack]) {
+  if (!valid) {
+#pragma unroll
+    for (int j = 0; j < kPack; ++j) out[j] = fill;
+  } else if constexpr (kPack > 1) {
+    const Packet<scalar_t> pk = *reinterpret_cast<const Packet<scalar_t>*>(p + i);
+#pragma unroll
+    for (int j = 0; j < kPack; ++j) out[j] = static_cast<acc_t>(pk.v[j]);
+  } else {
+    out[0] = static_cast<acc_t>(p[i]);
+  }
+}
+
+template <typename scalar_t, typename acc_t, int kPack>
+__device__ __forceinline__ void store_values(scalar_t* p, int64_t i, const acc_t (&in)[kPack]) {
+  if constexpr (kPack > 1) {
+    Packet<scalar_t> pk;
+#pragma unroll
+    for (int j = 0; j < kPack; ++j) pk.v[j] = static_cast<scalar_t>(in[j]);
+    *reinterpret_cast<Packet<scalar_t>*>(p + i) = pk;
+  } else {
+    p[i] = static_cast<scalar_t>(in[0]);
+  }
+}
+
+// A row of at most kIters * kPack * 32 elements, in registers: lane `lane` holds elements
+// (it * 32 + lane) * kPack + j, so each load instruction of the warp reads one contiguous
+// 32 * 16-byte span. When kPack > 1 the caller guarantees n % kPack == 0 and 16-byte aligned
+// rows, so a packet is either wholly inside the row or wholly past its end.
+template <typename scalar_t, typename acc_t, int kIters, int kPack>
+__global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
+    softmax_forward_registers(const scalar_t* __restrict__ input, scalar_t* __restrict__ output,
+                              int64_t rows, int n) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
-  if (row >= rows) return;
+  if (row >= rows) return;  // whole warps leave together: a warp is one row
   const int lane = threadIdx.x;
   const scalar_t* x = input + row * n;
   scalar_t* y = output + row * n;
-  acc_t values[kElems];
+  acc_t values[kIters][kPack];
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {  // every load issued before any is used
+    const int i = (it * kWarpSize + lane) * kPack;
+    load_values<scalar_t, acc_t, kPack>(x, i, i < n, -infinity<acc_t>(), values[it]);
+  }
   acc_t m = -infinity<acc_t>();
 #pragma unroll
-  for (int k = 0; k < kElems; ++k) {
-    const int i = lane + k * kWarpSize;  // consecutive lanes read consecutive addresses
-    values[k] = i < n ? static_cast<acc_t>(x[i]) : -infinity<acc_t>();
-    m = (values[k] != values[k] || values[k] > m) ? values[k] : m;
+  for (int it = 0; it < kIters; ++it) {
+#pragma unroll
+    for (int j = 0; j < kPack; ++j) m = max_nan(m, values[it][j]);
   }
   m = warp_max(m);
   acc_t s = 0;
 #pragma unroll
-  for (int k = 0; k < kElems; ++k) {
-    const int i = lane + k * kWarpSize;
-    values[k] = i < n ? exp_acc(values[k] - m) : acc_t(0);
-    s += values[k];
+  for (int it = 0; it < kIters; ++it) {
+    const bool valid = (it * kWarpSize + lane) * kPack < n;
+#pragma unroll
+    for (int j = 0; j < kPack; ++j) {
+      values[it][j] = valid ? exp_acc(values[it][j] - m) : acc_t(0);
+      s += values[it][j];
+    }
   }
   const acc_t inv = acc_t(1) / warp_sum(s);
 #pragma unroll
-  for (int k = 0; k < kElems; ++k) {
-    const int i = lane + k * kWarpSize;
-    if (i < n) y[i] = static_cast<scalar_t>(values[k] * inv);
+  for (int it = 0; it < kIters; ++it) {
+    const int i = (it * kWarpSize + lane) * kPack;
+    if (i < n) {
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) values[it][j] *= inv;
+      store_values<scalar_t, acc_t, kPack>(y, i, values[it]);
+    }
   }
 }
 
-// 16-byte packets: 4 floats or 8 halves per load when the row pointer is 16-byte aligned.
-template <typename scalar_t>
-struct alignas(16) Packet {
-  static constexpr int kSize = 16 / sizeof(scalar_t);
-  scalar_t v[kSize];
-};
-
-template <typename scalar_t, typename acc_t, bool kVectorized>
-__global__ void softmax_forward_looped(const scalar_t* __restrict__ input,
-                                       scalar_t* __restrict__ output, int64_t rows, int64_t n) {
+// Rows too long for registers: online max-and-sum, then the write pass; kUnroll packets per
+// lane per step, loaded before they are used.
+template <typename scalar_t, typename acc_t, int kPack>
+__global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
+    softmax_forward_looped(const scalar_t* __restrict__ input, scalar_t* __restrict__ output,
+                           int64_t rows, int64_t n) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const int lane = threadIdx.x;
   const scalar_t* x = input + row * n;
   scalar_t* y = output + row * n;
-  constexpr int kPack = kVectorized ? Packet<scalar_t>::kSize : 1;
-  const int64_t packs = n / kPack;  // the caller guarantees n % kPack == 0 when vectorized
+  const int64_t packs = n / kPack;  // n % kPack == 0 when kPack > 1 (the caller checks)
 
-  // Pass 1: per-lane online max and sum, then a warp-wide combine.
+  // Pass 1: per-lane online max and sum over steps of kUnroll packets, then a warp combine.
   acc_t m = -infinity<acc_t>();
   acc_t s = 0;
-  for (int64_t p = lane; p < packs; p += kWarpSize) {
-    acc_t vals[kPack];
-    if constexpr (kVectorized) {
-      const Packet<scalar_t> pk = reinterpret_cast<const Packet<scalar_t>*>(x)[p];
+  for (int64_t p0 = lane; p0 < packs; p0 += kWarpSize * kUnroll) {
+    acc_t vals[kUnroll][kPack];
 #pragma unroll
-      for (int j = 0; j < kPack; ++j) vals[j] = static_cast<acc_t>(pk.v[j]);
-    } else {
-      vals[0] = static_cast<acc_t>(x[p]);
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t p = p0 + u * kWarpSize;
+      load_values<scalar_t, acc_t, kPack>(x, p * kPack, p < packs, -infinity<acc_t>(), vals[u]);
     }
-    acc_t chunk_m = vals[0];
+    acc_t step_m = -infinity<acc_t>();
 #pragma unroll
-    for (int j = 1; j < kPack; ++j) chunk_m = (vals[j] != vals[j] || vals[j] > chunk_m) ? vals[j] : chunk_m;
-    acc_t chunk_s = 0;
+    for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-    for (int j = 0; j < kPack; ++j) chunk_s += exp_acc(vals[j] - chunk_m);
-    if (chunk_m == -infinity<acc_t>()) chunk_s = 0;
-    online_combine(m, s, chunk_m, chunk_s);
+      for (int j = 0; j < kPack; ++j) step_m = max_nan(step_m, vals[u][j]);
+    }
+    acc_t step_s = 0;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) step_s += exp_acc(vals[u][j] - step_m);
+    }
+    if (step_m == -infinity<acc_t>()) step_s = 0;  // only -inf (or padding) in this step
+    online_combine(m, s, step_m, step_s);
   }
 #pragma unroll
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
@@ -155,40 +220,108 @@ __global__ void softmax_forward_looped(const scalar_t* __restrict__ input,
   const acc_t inv = acc_t(1) / s;
 
   // Pass 2: write exp(x - m) / s.
-  for (int64_t p = lane; p < packs; p += kWarpSize) {
-    if constexpr (kVectorized) {
-      const Packet<scalar_t> pk = reinterpret_cast<const Packet<scalar_t>*>(x)[p];
-      Packet<scalar_t> out;
+  for (int64_t p0 = lane; p0 < packs; p0 += kWarpSize * kUnroll) {
+    acc_t vals[kUnroll][kPack];
 #pragma unroll
-      for (int j = 0; j < kPack; ++j) {
-        out.v[j] = static_cast<scalar_t>(exp_acc(static_cast<acc_t>(pk.v[j]) - m) * inv);
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t p = p0 + u * kWarpSize;
+      load_values<scalar_t, acc_t, kPack>(x, p * kPack, p < packs, acc_t(0), vals[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t p = p0 + u * kWarpSize;
+      if (p < packs) {
+#pragma unroll
+        for (int j = 0; j < kPack; ++j) vals[u][j] = exp_acc(vals[u][j] - m) * inv;
+        store_values<scalar_t, acc_t, kPack>(y, p * kPack, vals[u]);
       }
-      reinterpret_cast<Packet<scalar_t>*>(y)[p] = out;
-    } else {
-      y[p] = static_cast<scalar_t>(exp_acc(static_cast<acc_t>(x[p]) - m) * inv);
     }
   }
 }
 
-template <typename scalar_t, typename acc_t>
-__global__ void softmax_backward_warp(const scalar_t* __restrict__ grad_output,
-                                      const scalar_t* __restrict__ output,
-                                      scalar_t* __restrict__ grad_input, int64_t rows,
-                                      int64_t n) {
+// Backward for rows of at most kIters * kPack * 32 elements: g and y stay in registers between
+// the dot product and the write, so each is read once.
+template <typename scalar_t, typename acc_t, int kIters, int kPack>
+__global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
+    softmax_backward_registers(const scalar_t* __restrict__ grad_output,
+                               const scalar_t* __restrict__ output,
+                               scalar_t* __restrict__ grad_input, int64_t rows, int n) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const int lane = threadIdx.x;
   const scalar_t* g = grad_output + row * n;
   const scalar_t* y = output + row * n;
   scalar_t* dx = grad_input + row * n;
+  acc_t gv[kIters][kPack], yv[kIters][kPack];
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int i = (it * kWarpSize + lane) * kPack;
+    load_values<scalar_t, acc_t, kPack>(g, i, i < n, acc_t(0), gv[it]);
+    load_values<scalar_t, acc_t, kPack>(y, i, i < n, acc_t(0), yv[it]);
+  }
   acc_t s = 0;
-  for (int64_t i = lane; i < n; i += kWarpSize) {
-    s += static_cast<acc_t>(g[i]) * static_cast<acc_t>(y[i]);
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+#pragma unroll
+    for (int j = 0; j < kPack; ++j) s += gv[it][j] * yv[it][j];
   }
   s = warp_sum(s);
-  for (int64_t i = lane; i < n; i += kWarpSize) {
-    const acc_t yi = static_cast<acc_t>(y[i]);
-    dx[i] = static_cast<scalar_t>(yi * (static_cast<acc_t>(g[i]) - s));
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int i = (it * kWarpSize + lane) * kPack;
+    if (i < n) {
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) gv[it][j] = yv[it][j] * (gv[it][j] - s);
+      store_values<scalar_t, acc_t, kPack>(dx, i, gv[it]);
+    }
+  }
+}
+
+template <typename scalar_t, typename acc_t, int kPack>
+__global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
+    softmax_backward_looped(const scalar_t* __restrict__ grad_output,
+                            const scalar_t* __restrict__ output,
+                            scalar_t* __restrict__ grad_input, int64_t rows, int64_t n) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
+  if (row >= rows) return;
+  const int lane = threadIdx.x;
+  const scalar_t* g = grad_output + row * n;
+  const scalar_t* y = output + row * n;
+  scalar_t* dx = grad_input + row * n;
+  const int64_t packs = n / kPack;
+  acc_t s = 0;
+  for (int64_t p0 = lane; p0 < packs; p0 += kWarpSize * kUnroll) {
+    acc_t gv[kUnroll][kPack], yv[kUnroll][kPack];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t p = p0 + u * kWarpSize;
+      load_values<scalar_t, acc_t, kPack>(g, p * kPack, p < packs, acc_t(0), gv[u]);
+      load_values<scalar_t, acc_t, kPack>(y, p * kPack, p < packs, acc_t(0), yv[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) s += gv[u][j] * yv[u][j];
+    }
+  }
+  s = warp_sum(s);
+  for (int64_t p0 = lane; p0 < packs; p0 += kWarpSize * kUnroll) {
+    acc_t gv[kUnroll][kPack], yv[kUnroll][kPack];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t p = p0 + u * kWarpSize;
+      load_values<scalar_t, acc_t, kPack>(g, p * kPack, p < packs, acc_t(0), gv[u]);
+      load_values<scalar_t, acc_t, kPack>(y, p * kPack, p < packs, acc_t(0), yv[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t p = p0 + u * kWarpSize;
+      if (p < packs) {
+#pragma unroll
+        for (int j = 0; j < kPack; ++j) gv[u][j] = yv[u][j] * (gv[u][j] - s);
+        store_values<scalar_t, acc_t, kPack>(dx, p * kPack, gv[u]);
+      }
+    }
   }
 }
 
@@ -203,40 +336,91 @@ inline dim3 grid_for_rows(int64_t rows, const char* op) {
   return dim3(static_cast<unsigned>(blocks));
 }
 
-template <typename scalar_t, typename acc_t, int kElems>
-void launch_registers(const scalar_t* in, scalar_t* out, int64_t rows, int64_t n, dim3 grid,
-                      dim3 block, cudaStream_t stream) {
-  softmax_forward_registers<scalar_t, acc_t, kElems>
-      <<<grid, block, 0, stream>>>(in, out, rows, static_cast<int>(n));
+// Whether 16-byte packets can be used: every row starts 16-byte aligned and holds whole packets.
+template <typename scalar_t>
+bool can_use_packets(int64_t n, std::initializer_list<const void*> pointers) {
+  if (n % Packet<scalar_t>::kSize != 0) return false;
+  for (const void* p : pointers) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
+}
+
+struct Launch {
+  dim3 grid;
+  dim3 block;
+  cudaStream_t stream;
+};
+
+// The register kernel with the smallest power-of-two kIters that holds n elements, if any
+// within kMaxValues per lane; false when the row is too long for registers.
+template <typename scalar_t, typename acc_t, int kPack, int kMaxValues, int kIters = 1>
+bool launch_forward_registers(const scalar_t* in, scalar_t* out, int64_t rows, int64_t n,
+                              const Launch& l) {
+  if constexpr (kIters * kPack > kMaxValues) {
+    return false;
+  } else {
+    if (n <= int64_t{kIters} * kPack * kWarpSize) {
+      softmax_forward_registers<scalar_t, acc_t, kIters, kPack>
+          <<<l.grid, l.block, 0, l.stream>>>(in, out, rows, static_cast<int>(n));
+      return true;
+    }
+    return launch_forward_registers<scalar_t, acc_t, kPack, kMaxValues, kIters * 2>(in, out, rows,
+                                                                                    n, l);
+  }
+}
+
+template <typename scalar_t, typename acc_t, int kPack, int kMaxValues, int kIters = 1>
+bool launch_backward_registers(const scalar_t* g, const scalar_t* y, scalar_t* dx, int64_t rows,
+                               int64_t n, const Launch& l) {
+  if constexpr (kIters * kPack > kMaxValues) {
+    return false;
+  } else {
+    if (n <= int64_t{kIters} * kPack * kWarpSize) {
+      softmax_backward_registers<scalar_t, acc_t, kIters, kPack>
+          <<<l.grid, l.block, 0, l.stream>>>(g, y, dx, rows, static_cast<int>(n));
+      return true;
+    }
+    return launch_backward_registers<scalar_t, acc_t, kPack, kMaxValues, kIters * 2>(g, y, dx,
+                                                                                     rows, n, l);
+  }
 }
 
 template <typename scalar_t>
 void launch_forward(const scalar_t* in, scalar_t* out, int64_t rows, int64_t n,
                     cudaStream_t stream) {
   using acc_t = at::acc_type<scalar_t, /*is_cuda=*/true>;
-  const dim3 block(kWarpSize, kWarpsPerBlock);
-  const dim3 grid = grid_for_rows(rows, "softmax");
-  if (n <= 1 * kWarpSize) {
-    launch_registers<scalar_t, acc_t, 1>(in, out, rows, n, grid, block, stream);
-  } else if (n <= 2 * kWarpSize) {
-    launch_registers<scalar_t, acc_t, 2>(in, out, rows, n, grid, block, stream);
-  } else if (n <= 4 * kWarpSize) {
-    launch_registers<scalar_t, acc_t, 4>(in, out, rows, n, grid, block, stream);
-  } else if (n <= 8 * kWarpSize) {
-    launch_registers<scalar_t, acc_t, 8>(in, out, rows, n, grid, block, stream);
-  } else if (n <= 16 * kWarpSize) {
-    launch_registers<scalar_t, acc_t, 16>(in, out, rows, n, grid, block, stream);
-  } else if (n <= kMaxRegisterElems * kWarpSize) {
-    launch_registers<scalar_t, acc_t, kMaxRegisterElems>(in, out, rows, n, grid, block, stream);
-  } else {
-    constexpr int kPack = Packet<scalar_t>::kSize;
-    const bool aligned = n % kPack == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
-                         reinterpret_cast<uintptr_t>(out) % 16 == 0;
-    if (aligned) {
-      softmax_forward_looped<scalar_t, acc_t, true><<<grid, block, 0, stream>>>(in, out, rows, n);
-    } else {
-      softmax_forward_looped<scalar_t, acc_t, false><<<grid, block, 0, stream>>>(in, out, rows, n);
+  constexpr int kPack = Packet<scalar_t>::kSize;
+  const Launch l{grid_for_rows(rows, "softmax"), dim3(kWarpSize, kWarpsPerBlock), stream};
+  if (can_use_packets<scalar_t>(n, {in, out})) {
+    if (!launch_forward_registers<scalar_t, acc_t, kPack, kMaxRegisterValues<acc_t>>(in, out,
+                                                                                    rows, n, l)) {
+      softmax_forward_looped<scalar_t, acc_t, kPack>
+          <<<l.grid, l.block, 0, l.stream>>>(in, out, rows, n);
     }
+  } else if (!launch_forward_registers<scalar_t, acc_t, 1, 32>(in, out, rows, n, l)) {
+    // Unaligned or odd-length rows: element loads, registers up to 1024.
+    softmax_forward_looped<scalar_t, acc_t, 1><<<l.grid, l.block, 0, l.stream>>>(in, out, rows, n);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t>
+void launch_backward(const scalar_t* g, const scalar_t* y, scalar_t* dx, int64_t rows, int64_t n,
+                     cudaStream_t stream) {
+  using acc_t = at::acc_type<scalar_t, /*is_cuda=*/true>;
+  constexpr int kPack = Packet<scalar_t>::kSize;
+  // g and y both in registers: half the forward's budget each.
+  constexpr int kMaxValues = kMaxRegisterValues<acc_t> / 2;
+  const Launch l{grid_for_rows(rows, "softmax_backward"), dim3(kWarpSize, kWarpsPerBlock),
+                 stream};
+  if (can_use_packets<scalar_t>(n, {g, y, dx})) {
+    if (!launch_backward_registers<scalar_t, acc_t, kPack, kMaxValues>(g, y, dx, rows, n, l)) {
+      softmax_backward_looped<scalar_t, acc_t, kPack>
+          <<<l.grid, l.block, 0, l.stream>>>(g, y, dx, rows, n);
+    }
+  } else if (!launch_backward_registers<scalar_t, acc_t, 1, 16>(g, y, dx, rows, n, l)) {
+    softmax_backward_looped<scalar_t, acc_t, 1><<<l.grid, l.block, 0, l.stream>>>(g, y, dx, rows, n);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -278,15 +462,10 @@ Tensor softmax_backward_cuda(const Tensor& grad_output, const Tensor& output, in
   const int64_t n = y.size(-1);
   const int64_t rows = y.numel() / n;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(output.device().index()).stream();
-  const dim3 block(kWarpSize, kWarpsPerBlock);
-  const dim3 grid = grid_for_rows(rows, "softmax_backward");
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kBFloat16, at::kHalf, output.scalar_type(), "softmax_backward_cuda", [&] {
-        using acc_t = at::acc_type<scalar_t, /*is_cuda=*/true>;
-        softmax_backward_warp<scalar_t, acc_t><<<grid, block, 0, stream>>>(
-            g.const_data_ptr<scalar_t>(), y.const_data_ptr<scalar_t>(),
-            result.mutable_data_ptr<scalar_t>(), rows, n);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        launch_backward<scalar_t>(g.const_data_ptr<scalar_t>(), y.const_data_ptr<scalar_t>(),
+                                  result.mutable_data_ptr<scalar_t>(), rows, n, stream);
       });
   if (!dim_is_last) grad_input.copy_(result.movedim(-1, d));
   return grad_input;

@@ -51,3 +51,50 @@ def compare_with_f_softmax(
     diff = (ours.double() - expected.double()).abs()
     finite = ~torch.isnan(diff)
     return float(diff[finite].max()) if bool(finite.any()) else 0.0
+
+
+# Row lengths on both sides of every kernel-selection boundary: CUDA register kernels hold
+# 32·2^k elements (scalar loads up to 1024, 16-byte packets up to 4096; backward up to 2048),
+# longer rows loop in steps of 4 packets per lane; the CPU kernels unroll by 4 vectors.
+KERNEL_PATH_ROW_LENGTHS = (1, 3, 31, 32, 33, 100, 1000, 1024, 1025, 2047, 2048, 2049, 4096,
+                           4097, 4100, 8192, 12345, 32768)  # fmt: skip
+
+
+def check_kernel_paths(device: str, dtypes: tuple[torch.dtype, ...] | None = None) -> int:
+    """Forward and backward against F.softmax / ATen's backward for every row length in
+    KERNEL_PATH_ROW_LENGTHS, each dtype, on rows that start 16-byte aligned and on rows one
+    element off (a storage offset), with -inf and NaN planted in some rows. Raises
+    AssertionError on the first mismatch; returns the number of cases checked.
+
+    Small on purpose (a few rows per length) so that it also runs under compute-sanitizer."""
+    dtypes = dtypes or (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+    generator = torch.Generator().manual_seed(0)
+    cases = 0
+    for n in KERNEL_PATH_ROW_LENGTHS:
+        for dtype in dtypes:
+            for offset in (0, 1):
+                rows = 3
+                storage = torch.randn(rows * n + offset, generator=generator)
+                storage[offset + n // 2] = float("-inf")  # row 0: one -inf
+                if rows * n > 2 * n:  # row 2: a NaN at its last element
+                    storage[offset + 3 * n - 1] = float("nan")
+                x = storage.to(device=device, dtype=dtype)[offset:].view(rows, n)
+                tol = {"atol": 1e-6, "rtol": 0.0} if dtype == torch.float32 else {}
+                try:
+                    compare_with_f_softmax(x, -1, **tol)
+                    g = torch.randn(rows, n, generator=generator).to(device=device, dtype=dtype)
+                    y = F.softmax(x, -1)
+                    g_storage = torch.empty(rows * n + offset, device=device, dtype=dtype)
+                    g_off = g_storage[offset:].view(rows, n).copy_(g)
+                    dx = torch.ops.warp_softmax.softmax_backward(g_off, y, -1)
+                    ref = torch.ops.aten._softmax_backward_data(g_off, y, -1, dtype)
+                    if dtype == torch.float32:
+                        torch.testing.assert_close(dx, ref, atol=1e-6, rtol=1e-5, equal_nan=True)
+                    else:  # summed in another order: one rounding step of the dtype
+                        torch.testing.assert_close(dx, ref, equal_nan=True)
+                except AssertionError as e:
+                    raise AssertionError(
+                        f"{device} n={n} {dtype} storage offset {offset}: {e}"
+                    ) from None
+                cases += 1
+    return cases
