@@ -96,85 +96,130 @@ template <typename acc_t>
 constexpr int kMaxRegisterValues = sizeof(acc_t) == 4 ? 128 : 32;
 constexpr int kUnroll = 4;  // packets in flight per lane in the looped kernels
 
-// Load kPack elements at element index i (a whole packet when kPack > 1) as acc_t; `valid`
-// false fills `fill` instead, without touching memory.
-template <typename scalar_t, typename acc_t, int kPack>
-__device__ __forceinline__ void load_values(const scalar_t* p, int64_t i, bool valid, acc_t fill,
-                                            acc_t (&out)[kPack]) {
-  if (!valid) {
-#pragma unroll
-    for (int j = 0; j < kPack; ++j) out[j] = fill;
-  } else if constexpr (kPack > 1) {
-    const Packet<scalar_t> pk = *reinterpret_cast<const Packet<scalar_t>*>(p + i);
-#pragma unroll
-    for (int j = 0; j < kPack; ++j) out[j] = static_cast<acc_t>(pk.v[j]);
-  } else {
-    out[0] = static_cast<acc_t>(p[i]);
-  }
-}
-
-template <typename scalar_t, typename acc_t, int kPack>
-__device__ __forceinline__ void store_values(scalar_t* p, int64_t i, const acc_t (&in)[kPack]) {
-  if constexpr (kPack > 1) {
-    Packet<scalar_t> pk;
-#pragma unroll
-    for (int j = 0; j < kPack; ++j) pk.v[j] = static_cast<scalar_t>(in[j]);
-    *reinterpret_cast<Packet<scalar_t>*>(p + i) = pk;
-  } else {
-    p[i] = static_cast<scalar_t>(in[0]);
-  }
-}
-
-// A row of at most kIters * kPack * 32 elements, in registers: lane `lane` holds elements
-// (it * 32 + lane) * kPack + j, so each load instruction of the warp reads one contiguous
-// 32 * 16-byte span. When kPack > 1 the caller guarantees n % kPack == 0 and 16-byte aligned
+// What one lane holds of a row: kCount packets of kPack elements, packet p0 + u * 32 for
+// u < kCount, so consecutive lanes hold consecutive packets and each warp-wide load reads one
+// contiguous span. Packets at or past `packs` (the row's end) are never read or written; their
+// values are `fill`. When kPack > 1 the launcher guarantees n % kPack == 0 and 16-byte aligned
 // rows, so a packet is either wholly inside the row or wholly past its end.
+template <typename scalar_t, typename acc_t, int kCount, int kPack>
+struct Slice {
+  acc_t v[kCount][kPack];
+
+  // index_t: int in the register kernels (rows of at most 4096), int64_t in the looped ones;
+  // 32-bit index arithmetic there saves registers.
+  template <typename index_t>
+  __device__ __forceinline__ void load(const scalar_t* row, index_t p0, index_t packs,
+                                       acc_t fill) {
+#pragma unroll
+    for (int u = 0; u < kCount; ++u) {  // every load issued before any value is used
+      const index_t p = p0 + static_cast<index_t>(u) * kWarpSize;
+      if (p >= packs) {
+#pragma unroll
+        for (int j = 0; j < kPack; ++j) v[u][j] = fill;
+      } else if constexpr (kPack > 1) {
+        const Packet<scalar_t> pk = reinterpret_cast<const Packet<scalar_t>*>(row)[p];
+#pragma unroll
+        for (int j = 0; j < kPack; ++j) v[u][j] = static_cast<acc_t>(pk.v[j]);
+      } else {
+        v[u][0] = static_cast<acc_t>(row[p]);
+      }
+    }
+  }
+
+  template <typename index_t>
+  __device__ __forceinline__ void store(scalar_t* row, index_t p0, index_t packs) const {
+#pragma unroll
+    for (int u = 0; u < kCount; ++u) {
+      const index_t p = p0 + static_cast<index_t>(u) * kWarpSize;
+      if (p >= packs) continue;
+      if constexpr (kPack > 1) {
+        Packet<scalar_t> pk;
+#pragma unroll
+        for (int j = 0; j < kPack; ++j) pk.v[j] = static_cast<scalar_t>(v[u][j]);
+        reinterpret_cast<Packet<scalar_t>*>(row)[p] = pk;
+      } else {
+        row[p] = static_cast<scalar_t>(v[u][0]);
+      }
+    }
+  }
+
+  __device__ __forceinline__ acc_t max() const {  // NaN-propagating
+    acc_t m = -infinity<acc_t>();
+#pragma unroll
+    for (int u = 0; u < kCount; ++u) {
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) m = max_nan(m, v[u][j]);
+    }
+    return m;
+  }
+
+  // v = exp(v - m); returns the sum. Fill values of -inf become 0 (unless m is -inf too, which
+  // happens only when the whole row is -inf and NaN is the answer anyway).
+  __device__ __forceinline__ acc_t exp_and_sum(acc_t m) {
+    acc_t s = 0;
+#pragma unroll
+    for (int u = 0; u < kCount; ++u) {
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) {
+        v[u][j] = exp_acc(v[u][j] - m);
+        s += v[u][j];
+      }
+    }
+    return s;
+  }
+
+  __device__ __forceinline__ void scale(acc_t factor) {
+#pragma unroll
+    for (int u = 0; u < kCount; ++u) {
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) v[u][j] *= factor;
+    }
+  }
+};
+
+// Backward pieces, on a lane's slices of g and y (fill 0, so padding adds nothing).
+template <typename scalar_t, typename acc_t, int kCount, int kPack>
+__device__ __forceinline__ acc_t dot(const Slice<scalar_t, acc_t, kCount, kPack>& g,
+                                     const Slice<scalar_t, acc_t, kCount, kPack>& y) {
+  acc_t s = 0;
+#pragma unroll
+  for (int u = 0; u < kCount; ++u) {
+#pragma unroll
+    for (int j = 0; j < kPack; ++j) s += g.v[u][j] * y.v[u][j];
+  }
+  return s;
+}
+
+// g = y * (g - s): the slice of g becomes the slice of grad_input.
+template <typename scalar_t, typename acc_t, int kCount, int kPack>
+__device__ __forceinline__ void to_grad_input(Slice<scalar_t, acc_t, kCount, kPack>& g,
+                                              const Slice<scalar_t, acc_t, kCount, kPack>& y,
+                                              acc_t s) {
+#pragma unroll
+  for (int u = 0; u < kCount; ++u) {
+#pragma unroll
+    for (int j = 0; j < kPack; ++j) g.v[u][j] = y.v[u][j] * (g.v[u][j] - s);
+  }
+}
+
+// A row of at most kIters * kPack * 32 elements, in registers: read once, written once.
 template <typename scalar_t, typename acc_t, int kIters, int kPack>
 __global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
     softmax_forward_registers(const scalar_t* __restrict__ input, scalar_t* __restrict__ output,
-                              int64_t rows, int n) {
+                              int64_t rows, int64_t n) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
   if (row >= rows) return;  // whole warps leave together: a warp is one row
   const int lane = threadIdx.x;
-  const scalar_t* x = input + row * n;
-  scalar_t* y = output + row * n;
-  acc_t values[kIters][kPack];
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {  // every load issued before any is used
-    const int i = (it * kWarpSize + lane) * kPack;
-    load_values<scalar_t, acc_t, kPack>(x, i, i < n, -infinity<acc_t>(), values[it]);
-  }
-  acc_t m = -infinity<acc_t>();
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-#pragma unroll
-    for (int j = 0; j < kPack; ++j) m = max_nan(m, values[it][j]);
-  }
-  m = warp_max(m);
-  acc_t s = 0;
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const bool valid = (it * kWarpSize + lane) * kPack < n;
-#pragma unroll
-    for (int j = 0; j < kPack; ++j) {
-      values[it][j] = valid ? exp_acc(values[it][j] - m) : acc_t(0);
-      s += values[it][j];
-    }
-  }
-  const acc_t inv = acc_t(1) / warp_sum(s);
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int i = (it * kWarpSize + lane) * kPack;
-    if (i < n) {
-#pragma unroll
-      for (int j = 0; j < kPack; ++j) values[it][j] *= inv;
-      store_values<scalar_t, acc_t, kPack>(y, i, values[it]);
-    }
-  }
+  const int packs = static_cast<int>(n) / kPack;  // n <= 4096 here
+  Slice<scalar_t, acc_t, kIters, kPack> x;
+  x.load(input + row * n, lane, packs, -infinity<acc_t>());
+  const acc_t m = warp_max(x.max());
+  x.scale(acc_t(1) / warp_sum(x.exp_and_sum(m)));
+  x.store(output + row * n, lane, packs);
 }
 
-// Rows too long for registers: online max-and-sum, then the write pass; kUnroll packets per
-// lane per step, loaded before they are used.
+// Rows too long for registers: online max-and-sum over steps of kUnroll packets per lane, a
+// warp combine, then the write pass. The row is read twice.
 template <typename scalar_t, typename acc_t, int kPack>
 __global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
     softmax_forward_looped(const scalar_t* __restrict__ input, scalar_t* __restrict__ output,
@@ -182,33 +227,18 @@ __global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const int lane = threadIdx.x;
-  const scalar_t* x = input + row * n;
-  scalar_t* y = output + row * n;
-  const int64_t packs = n / kPack;  // n % kPack == 0 when kPack > 1 (the caller checks)
+  const scalar_t* x_row = input + row * n;
+  const int64_t packs = n / kPack;
+  constexpr int64_t kStride = int64_t{kWarpSize} * kUnroll;
 
-  // Pass 1: per-lane online max and sum over steps of kUnroll packets, then a warp combine.
   acc_t m = -infinity<acc_t>();
   acc_t s = 0;
-  for (int64_t p0 = lane; p0 < packs; p0 += kWarpSize * kUnroll) {
-    acc_t vals[kUnroll][kPack];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t p = p0 + u * kWarpSize;
-      load_values<scalar_t, acc_t, kPack>(x, p * kPack, p < packs, -infinity<acc_t>(), vals[u]);
-    }
-    acc_t step_m = -infinity<acc_t>();
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-      for (int j = 0; j < kPack; ++j) step_m = max_nan(step_m, vals[u][j]);
-    }
-    acc_t step_s = 0;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-      for (int j = 0; j < kPack; ++j) step_s += exp_acc(vals[u][j] - step_m);
-    }
-    if (step_m == -infinity<acc_t>()) step_s = 0;  // only -inf (or padding) in this step
+  for (int64_t p0 = lane; p0 < packs; p0 += kStride) {
+    Slice<scalar_t, acc_t, kUnroll, kPack> x;
+    x.load(x_row, p0, packs, -infinity<acc_t>());
+    const acc_t step_m = x.max();
+    // A step that saw only -inf (or padding) adds nothing, instead of exp(-inf + inf) = NaN.
+    const acc_t step_s = step_m == -infinity<acc_t>() ? acc_t(0) : x.exp_and_sum(step_m);
     online_combine(m, s, step_m, step_s);
   }
 #pragma unroll
@@ -219,23 +249,12 @@ __global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
   }
   const acc_t inv = acc_t(1) / s;
 
-  // Pass 2: write exp(x - m) / s.
-  for (int64_t p0 = lane; p0 < packs; p0 += kWarpSize * kUnroll) {
-    acc_t vals[kUnroll][kPack];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t p = p0 + u * kWarpSize;
-      load_values<scalar_t, acc_t, kPack>(x, p * kPack, p < packs, acc_t(0), vals[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t p = p0 + u * kWarpSize;
-      if (p < packs) {
-#pragma unroll
-        for (int j = 0; j < kPack; ++j) vals[u][j] = exp_acc(vals[u][j] - m) * inv;
-        store_values<scalar_t, acc_t, kPack>(y, p * kPack, vals[u]);
-      }
-    }
+  for (int64_t p0 = lane; p0 < packs; p0 += kStride) {
+    Slice<scalar_t, acc_t, kUnroll, kPack> x;
+    x.load(x_row, p0, packs, acc_t(0));
+    x.exp_and_sum(m);
+    x.scale(inv);
+    x.store(output + row * n, p0, packs);
   }
 }
 
@@ -245,38 +264,19 @@ template <typename scalar_t, typename acc_t, int kIters, int kPack>
 __global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
     softmax_backward_registers(const scalar_t* __restrict__ grad_output,
                                const scalar_t* __restrict__ output,
-                               scalar_t* __restrict__ grad_input, int64_t rows, int n) {
+                               scalar_t* __restrict__ grad_input, int64_t rows, int64_t n) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const int lane = threadIdx.x;
-  const scalar_t* g = grad_output + row * n;
-  const scalar_t* y = output + row * n;
-  scalar_t* dx = grad_input + row * n;
-  acc_t gv[kIters][kPack], yv[kIters][kPack];
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int i = (it * kWarpSize + lane) * kPack;
-    load_values<scalar_t, acc_t, kPack>(g, i, i < n, acc_t(0), gv[it]);
-    load_values<scalar_t, acc_t, kPack>(y, i, i < n, acc_t(0), yv[it]);
-  }
-  acc_t s = 0;
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-#pragma unroll
-    for (int j = 0; j < kPack; ++j) s += gv[it][j] * yv[it][j];
-  }
-  s = warp_sum(s);
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int i = (it * kWarpSize + lane) * kPack;
-    if (i < n) {
-#pragma unroll
-      for (int j = 0; j < kPack; ++j) gv[it][j] = yv[it][j] * (gv[it][j] - s);
-      store_values<scalar_t, acc_t, kPack>(dx, i, gv[it]);
-    }
-  }
+  const int packs = static_cast<int>(n) / kPack;  // n <= 2048 here
+  Slice<scalar_t, acc_t, kIters, kPack> g, y;
+  g.load(grad_output + row * n, lane, packs, acc_t(0));
+  y.load(output + row * n, lane, packs, acc_t(0));
+  to_grad_input(g, y, warp_sum(dot(g, y)));
+  g.store(grad_input + row * n, lane, packs);
 }
 
+// Longer rows: the dot product over steps of kUnroll packets, then a second read for the write.
 template <typename scalar_t, typename acc_t, int kPack>
 __global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
     softmax_backward_looped(const scalar_t* __restrict__ grad_output,
@@ -285,43 +285,24 @@ __global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const int lane = threadIdx.x;
-  const scalar_t* g = grad_output + row * n;
-  const scalar_t* y = output + row * n;
-  scalar_t* dx = grad_input + row * n;
+  const scalar_t* g_row = grad_output + row * n;
+  const scalar_t* y_row = output + row * n;
   const int64_t packs = n / kPack;
+  constexpr int64_t kStride = int64_t{kWarpSize} * kUnroll;
   acc_t s = 0;
-  for (int64_t p0 = lane; p0 < packs; p0 += kWarpSize * kUnroll) {
-    acc_t gv[kUnroll][kPack], yv[kUnroll][kPack];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t p = p0 + u * kWarpSize;
-      load_values<scalar_t, acc_t, kPack>(g, p * kPack, p < packs, acc_t(0), gv[u]);
-      load_values<scalar_t, acc_t, kPack>(y, p * kPack, p < packs, acc_t(0), yv[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-      for (int j = 0; j < kPack; ++j) s += gv[u][j] * yv[u][j];
-    }
+  for (int64_t p0 = lane; p0 < packs; p0 += kStride) {
+    Slice<scalar_t, acc_t, kUnroll, kPack> g, y;
+    g.load(g_row, p0, packs, acc_t(0));
+    y.load(y_row, p0, packs, acc_t(0));
+    s += dot(g, y);
   }
   s = warp_sum(s);
-  for (int64_t p0 = lane; p0 < packs; p0 += kWarpSize * kUnroll) {
-    acc_t gv[kUnroll][kPack], yv[kUnroll][kPack];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t p = p0 + u * kWarpSize;
-      load_values<scalar_t, acc_t, kPack>(g, p * kPack, p < packs, acc_t(0), gv[u]);
-      load_values<scalar_t, acc_t, kPack>(y, p * kPack, p < packs, acc_t(0), yv[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t p = p0 + u * kWarpSize;
-      if (p < packs) {
-#pragma unroll
-        for (int j = 0; j < kPack; ++j) gv[u][j] = yv[u][j] * (gv[u][j] - s);
-        store_values<scalar_t, acc_t, kPack>(dx, p * kPack, gv[u]);
-      }
-    }
+  for (int64_t p0 = lane; p0 < packs; p0 += kStride) {
+    Slice<scalar_t, acc_t, kUnroll, kPack> g, y;
+    g.load(g_row, p0, packs, acc_t(0));
+    y.load(y_row, p0, packs, acc_t(0));
+    to_grad_input(g, y, s);
+    g.store(grad_input + row * n, p0, packs);
   }
 }
 
@@ -362,7 +343,7 @@ bool launch_forward_registers(const scalar_t* in, scalar_t* out, int64_t rows, i
   } else {
     if (n <= int64_t{kIters} * kPack * kWarpSize) {
       softmax_forward_registers<scalar_t, acc_t, kIters, kPack>
-          <<<l.grid, l.block, 0, l.stream>>>(in, out, rows, static_cast<int>(n));
+          <<<l.grid, l.block, 0, l.stream>>>(in, out, rows, n);
       return true;
     }
     return launch_forward_registers<scalar_t, acc_t, kPack, kMaxValues, kIters * 2>(in, out, rows,
@@ -378,7 +359,7 @@ bool launch_backward_registers(const scalar_t* g, const scalar_t* y, scalar_t* d
   } else {
     if (n <= int64_t{kIters} * kPack * kWarpSize) {
       softmax_backward_registers<scalar_t, acc_t, kIters, kPack>
-          <<<l.grid, l.block, 0, l.stream>>>(g, y, dx, rows, static_cast<int>(n));
+          <<<l.grid, l.block, 0, l.stream>>>(g, y, dx, rows, n);
       return true;
     }
     return launch_backward_registers<scalar_t, acc_t, kPack, kMaxValues, kIters * 2>(g, y, dx,
