@@ -60,7 +60,22 @@ class FusedAttention(torch.autograd.Function):
 def fused_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None
 ) -> torch.Tensor:
-    """softmax(q kᵀ · scale) v for q (..., n, d), k (..., m, d), v (..., m, e); no mask/dropout."""
+    """softmax(q kᵀ · scale) v for q (..., n, d), k (..., m, d), v (..., m, e); no mask/dropout.
+
+    ``scale`` is a Python number (default 1/√d): the Function returns no gradient for it, so a
+    tensor scale such as a learnable temperature is refused; scale q instead
+    (``fused_attention(q * t, k, v, 1.0)``).
+    """
+    if isinstance(scale, torch.Tensor):
+        raise TypeError(
+            "scale must be a Python float: FusedAttention gives it no gradient; for a learnable "
+            "temperature t call fused_attention(q * t, k, v, 1.0)"
+        )
+    dtypes = {t.dtype for t in (q, k, v)}
+    if len(dtypes) != 1 or not q.is_floating_point():
+        raise TypeError(
+            f"q, k and v need one floating-point dtype, got {q.dtype}, {k.dtype} and {v.dtype}"
+        )
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k need the same last dimension, got {q.shape} and {k.shape}")
     if k.shape[-2] != v.shape[-2]:

@@ -14,7 +14,6 @@ Each function returns plain numbers / strings so tests and the demo can print th
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -30,29 +29,44 @@ class WorkedExample:
     x: float
     y: float
     dydx: float
-    graph: list[str]  # backward nodes, in the order backward() visits them
+    graph: list[str]  # backward nodes, in the order backward() runs them
 
 
-def backward_graph(output: torch.Tensor) -> list[str]:
-    """Names of the backward nodes reachable from ``output.grad_fn``, breadth first."""
+def backward_order(output: torch.Tensor) -> list[str]:
+    """Run ``output.backward()`` and return the names of the backward nodes in the order the
+    engine ran them, recorded by a pre-hook on every node of the graph.
+
+    The graph exists before backward() is called (the forward pass recorded it); this walks it
+    to attach the hooks, then lets the engine decide the order: a node runs once every node
+    that feeds it a gradient has run, so the leaf's AccumulateGrad comes last, once.
+    """
     if output.grad_fn is None:
         raise ValueError("output has no grad_fn: it was not computed from a tensor requiring grad")
-    names, seen, queue = [], set(), deque([output.grad_fn])
-    while queue:
-        node = queue.popleft()
-        if node in seen:
+    nodes, seen, stack = [], set(), [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
             continue
         seen.add(node)
-        names.append(type(node).__name__)
-        queue.extend(next_node for next_node, _ in node.next_functions if next_node is not None)
-    return names
+        nodes.append(node)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    ran: list[str] = []
+    handles = [
+        node.register_prehook(lambda grads, node=node: ran.append(type(node).__name__))
+        for node in nodes
+    ]
+    try:
+        output.backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return ran
 
 
 def worked_example_torch(x_value: float = 4.0) -> WorkedExample:
     x = torch.tensor(x_value, requires_grad=True)
     y = polynomial(x)
-    graph = backward_graph(y)  # recorded during the forward pass, before backward runs
-    y.backward()
+    graph = backward_order(y)  # runs y.backward()
     return WorkedExample(x=x_value, y=y.item(), dydx=x.grad.item(), graph=graph)
 
 
@@ -61,24 +75,46 @@ def worked_example_minigrad(x_value: float = 4.0) -> WorkedExample:
 
     x = minigrad.tensor(x_value, requires_grad=True)
     y = polynomial(x)
-    graph = _minigrad_graph(y)
+    graph = minigrad_backward_order(y)  # computed before backward: minigrad has no node hooks
     y.backward()
     return WorkedExample(x=x_value, y=float(y.item()), dydx=float(x.grad.item()), graph=graph)
 
 
-def _minigrad_graph(output) -> list[str]:  # noqa: ANN001
-    """Same walk as :func:`backward_graph` over minigrad's nodes (``next_functions`` too)."""
-    names, seen, queue = [], set(), deque([output.grad_fn])
-    while queue:
-        node = queue.popleft()
-        # minigrad makes a fresh AccumulateGrad view per visit: identify it by its leaf.
-        key = id(getattr(node, "variable", node))
-        if key in seen:
-            continue
-        seen.add(key)
-        names.append(type(node).__name__)
-        queue.extend(n for n, _ in getattr(node, "next_functions", ()) if n is not None)
-    return names
+def minigrad_backward_order(output) -> list[str]:  # noqa: ANN001
+    """The order minigrad's engine will run the nodes of ``output``'s graph, computed with the
+    engine's own rule (``engine._run_first_order``): Kahn's algorithm with a last-in-first-out
+    ready list, each node released once all nodes that feed it a gradient have run. Unlike
+    torch, minigrad has no AccumulateGrad node: a leaf's gradient is added the moment an edge
+    reaches it, so "AccumulateGrad" appears once per edge into a leaf."""
+    import minigrad
+
+    root = output.grad_fn
+    if root is None:
+        raise ValueError("output has no grad_fn: it was not computed from a tensor requiring grad")
+    consumers: dict[int, int] = {}  # id(node) -> edges into it from the graph
+    seen, stack = {id(root)}, [root]
+    while stack:
+        for nxt in stack.pop().next_edges:
+            if nxt is None or isinstance(nxt, minigrad.Tensor):
+                continue
+            consumers[id(nxt)] = consumers.get(id(nxt), 0) + 1
+            if id(nxt) not in seen:
+                seen.add(id(nxt))
+                stack.append(nxt)
+    order, ready = [], [root]
+    while ready:
+        node = ready.pop()
+        order.append(type(node).__name__)
+        for nxt in node.next_edges:
+            if nxt is None:
+                continue
+            if isinstance(nxt, minigrad.Tensor):
+                order.append("AccumulateGrad")
+                continue
+            consumers[id(nxt)] -= 1
+            if consumers[id(nxt)] == 0:
+                ready.append(nxt)
+    return order
 
 
 def nonscalar_backward_error() -> str:

@@ -41,8 +41,12 @@ LAYER_STACK_NAMES: tuple[str, ...] = ("encoder.layer", "transformer.layer", "lay
 # Parameters of modules whose class name contains "Norm" get no weight decay
 # (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, LlamaRMSNorm, T5LayerNorm ...).
 _NORM_CLASS_MARKER = "Norm"
-# GPT-2 names its embeddings wte / wpe; everyone else says "embed".
-_EMBEDDING_COMPONENTS = ("wte", "wpe")
+# GPT-2 names its embeddings wte / wpe, T5 its token embedding `shared`; everyone else says
+# "embed".
+_EMBEDDING_COMPONENTS = ("wte", "wpe", "shared")
+# DeBERTa-v2 keeps relative-position embeddings beside its layers (`encoder.rel_embeddings`)
+# and normalises them with a sibling `encoder.LayerNorm`: that norm goes with the embeddings.
+_RELATIVE_EMBEDDING_NAME = "rel_embeddings"
 
 
 def _layer_regex(stack_name: str) -> re.Pattern[str]:
@@ -84,6 +88,19 @@ def _is_embedding(name: str) -> bool:
     return any("embed" in c for c in components) or any(
         c in _EMBEDDING_COMPONENTS for c in components
     )
+
+
+def _embedding_norm_prefixes(model: nn.Module) -> tuple[str, ...]:
+    """Prefixes of normalisation modules that normalise an embedding table kept outside the
+    embeddings module (DeBERTa-v2's ``encoder.LayerNorm`` beside ``encoder.rel_embeddings``)."""
+    prefixes = []
+    for module_name, module in model.named_modules():
+        if not isinstance(getattr(module, _RELATIVE_EMBEDDING_NAME, None), nn.Embedding):
+            continue
+        for child_name, child in module.named_children():
+            if _NORM_CLASS_MARKER in type(child).__name__:
+                prefixes.append(f"{module_name}.{child_name}." if module_name else f"{child_name}.")
+    return tuple(prefixes)
 
 
 def _no_decay_parameter_names(model: nn.Module) -> set[str]:
@@ -158,6 +175,7 @@ def layerwise_lr_param_groups(
     _, layer_of = find_layer_indices(all_names)
     num_layers = max(layer_of.values()) + 1
     no_decay = _no_decay_parameter_names(model)
+    embedding_norms = _embedding_norm_prefixes(model)
 
     groups: dict[tuple[str, bool], dict[str, Any]] = {}
     for name, param in named:
@@ -166,7 +184,7 @@ def layerwise_lr_param_groups(
         elif name in layer_of:
             index = layer_of[name]
             key, lr = f"layer.{index}", base_lr * decay ** (num_layers - 1 - index)
-        elif _is_embedding(name):
+        elif _is_embedding(name) or name.startswith(embedding_norms):
             key, lr = "embeddings", base_lr * decay**num_layers
         else:
             key, lr = "above_layers", base_lr

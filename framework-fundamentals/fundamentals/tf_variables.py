@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -29,7 +30,8 @@ class ConstantVsVariable:
     constant_assign_error: str
     variable_before: float
     variable_after_assign_add: float
-    variable_same_object: bool
+    alias_sees_update: bool  # a name bound before assign_add sees the new value: same state
+    plus_one_is_variable: bool  # `variable + 1` is a new EagerTensor, not a Variable
     variable_trainable: bool
 
 
@@ -41,23 +43,28 @@ def constant_vs_variable() -> ConstantVsVariable:
     except AttributeError as error:
         assign_error = str(error)
     variable = tf.Variable(3.0)
-    before_id = id(variable)
+    alias = variable
     before = float(variable.numpy())
-    variable.assign_add(1.0)
+    variable.assign_add(1.0)  # in place: every reference to this Variable sees 4.0
     return ConstantVsVariable(
         constant_has_assign=hasattr(constant, "assign"),
         constant_assign_error=assign_error,
         variable_before=before,
         variable_after_assign_add=float(variable.numpy()),
-        variable_same_object=id(variable) == before_id,
+        alias_sees_update=float(alias.numpy()) == 4.0,
+        plus_one_is_variable=isinstance(variable + 1.0, tf.Variable),
         variable_trainable=variable.trainable,
     )
 
 
+def _check_learning_rate(learning_rate: float) -> None:
+    if not (math.isfinite(learning_rate) and learning_rate > 0):
+        raise ValueError(f"learning_rate must be a positive finite number, got {learning_rate}")
+
+
 def one_tape_step(x0: float = 0.0, learning_rate: float = 0.1) -> tuple[float, float]:
     """One hand-written gradient-descent step; returns (gradient, updated x)."""
-    if learning_rate <= 0:
-        raise ValueError(f"learning_rate must be positive, got {learning_rate}")
+    _check_learning_rate(learning_rate)
     x = tf.Variable(x0, dtype=tf.float32)
     with tf.GradientTape() as tape:
         loss = quadratic(x)
@@ -70,6 +77,7 @@ def minimise_with_keras_sgd(
     x0: float = 0.0, learning_rate: float = 0.1, steps: int = 100
 ) -> tuple[float, list[float]]:
     """The same minimisation with ``keras.optimizers.SGD``; returns (final x, loss per step)."""
+    _check_learning_rate(learning_rate)
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     x = tf.Variable(x0, dtype=tf.float32)
@@ -85,7 +93,7 @@ def minimise_with_keras_sgd(
 
 def constant_gradients(x0: float = 0.0) -> tuple[object, float]:
     """d f / d c for a tf.constant c: None unwatched, −10 once the tape watches it."""
-    c = tf.constant(x0)
+    c = tf.constant(x0, dtype=tf.float32)  # an int would make an int32 constant: no gradient
     with tf.GradientTape() as tape:
         loss = quadratic(c)
     unwatched = tape.gradient(loss, c)

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from fundamentals.attention import FusedAttention, fused_attention
+from fundamentals.attention import fused_attention
 
 
 def _qkv(n=5, m=7, d=4, e=3, batch=(2,), seed=0):
@@ -64,7 +64,12 @@ def test_shape_errors_name_the_shapes():
         fused_attention(q, torch.ones(2, 7, 5, dtype=torch.float64), v)
     with pytest.raises(ValueError, match="same sequence length"):
         fused_attention(q, k, v[:, :3])
-    assert FusedAttention is not None
+    with pytest.raises(TypeError, match="floating-point"):
+        fused_attention(q.long(), k.long(), v.long())
+    with pytest.raises(TypeError, match="floating-point"):
+        fused_attention(q, k.float(), v)
+    with pytest.raises(TypeError, match="scale must be a Python float"):
+        fused_attention(q, k, v, torch.tensor(0.5, requires_grad=True))
 
 
 if __name__ == "__main__":

@@ -9,11 +9,27 @@ def test_worked_example_gives_26_in_torch():
     result = ab.worked_example_torch(4.0)
     assert result.y == 56.0  # 3·16 + 8
     assert result.dydx == 26.0  # 6·4 + 2
-    # The graph recorded by the forward pass: add of two products, a pow, and the leaf.
-    assert result.graph[0] == "AddBackward0"
-    assert result.graph.count("MulBackward0") == 2
-    assert "PowBackward0" in result.graph
-    assert result.graph[-1] == "AccumulateGrad"
+    # The order backward() ran the graph: the add, its two products, the pow, the leaf once.
+    assert result.graph == [
+        "AddBackward0",
+        "MulBackward0",
+        "MulBackward0",
+        "PowBackward0",
+        "AccumulateGrad",
+    ]
+
+
+def test_backward_order_is_a_dependency_order_not_breadth_first():
+    # Two branches of different depth: breadth-first would list Exp before Cos and put the
+    # leaf's AccumulateGrad before Sin, which feeds it; the engine runs a node only after
+    # every node that feeds it a gradient.
+    x = torch.tensor(0.3, requires_grad=True)
+    order = ab.backward_order(x.exp() * x + x.sin().cos().tanh())
+    assert order[0] == "AddBackward0" and order[-1] == "AccumulateGrad"
+    assert order.count("AccumulateGrad") == 1
+    assert order.index("TanhBackward0") < order.index("CosBackward0") < order.index("SinBackward0")
+    assert order.index("MulBackward0") < order.index("ExpBackward0")
+    assert x.grad is not None  # backward really ran
 
 
 @pytest.mark.parametrize("x_value", [-2.5, 0.0, 1.0, 7.0])
@@ -40,17 +56,48 @@ def test_gradients_accumulate_until_zeroed():
     assert "retain_graph=True" in facts.second_backward_error
 
 
-def test_backward_graph_refuses_an_untracked_tensor():
+def test_backward_order_refuses_an_untracked_tensor():
     with pytest.raises(ValueError, match="grad_fn"):
-        ab.backward_graph(torch.tensor(1.0))
+        ab.backward_order(torch.tensor(1.0))
+
+
+def test_minigrad_order_is_the_order_its_engine_runs(monkeypatch):
+    import minigrad
+
+    x = minigrad.tensor(0.3, requires_grad=True)
+    y = x.exp() * x + x.tanh().exp() * x.sigmoid()
+    predicted = ab.minigrad_backward_order(y)
+    # Record the real calls: wrap the backward of every primitive in the graph.
+    ran: list[str] = []
+    classes, stack = set(), [y.grad_fn]
+    while stack:
+        node = stack.pop()
+        classes.add(node._fn)
+        stack.extend(
+            n for n in node.next_edges if n is not None and not isinstance(n, minigrad.Tensor)
+        )
+    for cls in classes:
+        original = cls.backward
+
+        def recording(ctx, grad, original=original):
+            ran.append(type(ctx).__name__)
+            return original(ctx, grad)
+
+        monkeypatch.setattr(cls, "backward", staticmethod(recording))
+    y.backward()
+    assert ran == [name for name in predicted if name != "AccumulateGrad"]
+    assert predicted.count("AccumulateGrad") == 4  # one per edge into x
 
 
 def test_worked_example_gives_26_in_minigrad_with_the_same_graph_shape():
     ours = ab.worked_example_minigrad(4.0)
     theirs = ab.worked_example_torch(4.0)
     assert (ours.y, ours.dydx) == (56.0, 26.0)
-    assert ours.graph[-1] == "AccumulateGrad"
-    assert len(ours.graph) == len(theirs.graph)  # add, two muls, pow, the leaf
+    # The same nodes in the same order; minigrad adds into the leaf once per edge instead of
+    # running one AccumulateGrad.
+    ours_ops = [n for n in ours.graph if n != "AccumulateGrad"]
+    assert ours_ops == [n.removesuffix("0") for n in theirs.graph if n != "AccumulateGrad"]
+    assert ours.graph.count("AccumulateGrad") == 2 and theirs.graph.count("AccumulateGrad") == 1
 
 
 def test_minigrad_accumulates_and_needs_gradient_for_vectors():

@@ -88,6 +88,48 @@ def test_group_learning_rates_follow_the_layer_depth(kind, layer_part, embedding
         assert lr == pytest.approx(expected, rel=1e-12), name
 
 
+def test_t5_and_deberta_embeddings_get_the_embedding_rate():
+    # T5 calls its token embedding `shared`; DeBERTa-v2 keeps relative-position embeddings and
+    # the LayerNorm applied to them beside its layers (encoder.rel_embeddings, encoder.LayerNorm).
+    torch.manual_seed(0)
+    t5 = transformers.T5EncoderModel(
+        transformers.T5Config(vocab_size=50, d_model=8, d_kv=4, d_ff=16, num_layers=3, num_heads=2)
+    )
+    t5_table = _lr_by_parameter(
+        ft.layerwise_lr_param_groups(
+            t5,
+            base_lr=BASE_LR,
+            head_lr=HEAD_LR,
+            decay=DECAY,
+            head_prefixes=("encoder.final_layer_norm",),  # an encoder alone has no head
+        )
+    )
+    assert t5_table["shared.weight"][0] == pytest.approx(BASE_LR * DECAY**3)
+    assert t5_table["encoder.block.0.layer.0.SelfAttention.q.weight"][0] == pytest.approx(
+        BASE_LR * DECAY**2
+    )
+    config = transformers.DebertaV2Config(
+        vocab_size=50, hidden_size=8, num_hidden_layers=3, num_attention_heads=2,
+        intermediate_size=16, max_position_embeddings=16, num_labels=3, relative_attention=True,
+        norm_rel_ebd="layer_norm", position_buckets=8, max_relative_positions=16,
+        pooler_hidden_size=8,
+    )  # fmt: skip
+    deberta = transformers.DebertaV2ForSequenceClassification(config)
+    table = _lr_by_parameter(
+        ft.layerwise_lr_param_groups(deberta, base_lr=BASE_LR, head_lr=HEAD_LR, decay=DECAY)
+    )
+    assert set(table) == {n for n, _ in deberta.named_parameters()}
+    for name in (
+        "deberta.embeddings.word_embeddings.weight",
+        "deberta.encoder.rel_embeddings.weight",
+        "deberta.encoder.LayerNorm.weight",
+        "deberta.encoder.LayerNorm.bias",
+    ):
+        assert table[name][0] == pytest.approx(BASE_LR * DECAY**3), name
+    assert table["deberta.encoder.LayerNorm.weight"][1] == 0.0  # a norm: no weight decay
+    assert table["pooler.dense.weight"][0] == HEAD_LR  # outside the base model: the head's
+
+
 @pytest.mark.parametrize("kind", ["bert", "gpt2"])
 def test_no_weight_decay_on_biases_and_norm_weights(kind):
     model = _tiny(kind)

@@ -25,6 +25,7 @@ def test_constant_is_differentiated_only_when_watched():
     unwatched, watched = tfv.constant_gradients(x0=0.0)
     assert unwatched is None
     assert watched == pytest.approx(-10.0)
+    assert tfv.constant_gradients(x0=3)[1] == pytest.approx(-4.0)  # an int works too
 
 
 def test_constant_is_immutable_and_variable_is_state():
@@ -33,12 +34,16 @@ def test_constant_is_immutable_and_variable_is_state():
     assert "assign" in facts.constant_assign_error
     assert facts.variable_before == 3.0
     assert facts.variable_after_assign_add == 4.0
-    assert facts.variable_same_object and facts.variable_trainable
+    assert facts.alias_sees_update and facts.variable_trainable
+    assert not facts.plus_one_is_variable  # arithmetic makes a new tensor, not new state
 
 
 def test_bad_arguments_are_refused():
-    with pytest.raises(ValueError, match="learning_rate"):
-        tfv.one_tape_step(learning_rate=0.0)
+    for bad in (0.0, -0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="learning_rate"):
+            tfv.one_tape_step(learning_rate=bad)
+        with pytest.raises(ValueError, match="learning_rate"):
+            tfv.minimise_with_keras_sgd(learning_rate=bad)
     with pytest.raises(ValueError, match="steps"):
         tfv.minimise_with_keras_sgd(steps=0)
 
