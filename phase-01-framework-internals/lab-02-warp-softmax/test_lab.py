@@ -7,6 +7,7 @@ CUDA cases run where torch has CUDA and a GPU (they skip, naming the GPU, elsewh
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -173,14 +174,23 @@ def test_output_of_every_case_is_contiguous_like_f_softmax():
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8, torch.bool])
 def test_integer_dtypes_are_refused(dtype):
     x = torch.ones(3, 4, dtype=dtype)
-    with pytest.raises(NotImplementedError, match="must be float32, float64, bfloat16 or float16"):
+    with pytest.raises(TypeError, match="must be float32, float64, bfloat16 or float16"):
         warp_softmax.softmax(x)
-    with pytest.raises(NotImplementedError, match="must be float32"):
+    with pytest.raises(TypeError, match="must be float32"):
         warp_softmax.softmax(x.to("meta"))  # the Meta kernel refuses it the same way
 
 
+def test_dtype_error_survives_fake_tensors():
+    # FakeTensor (what torch.compile and export trace with) turns a NotImplementedError from a
+    # Meta kernel into "no fake kernel"; the dtype message must come through instead.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(), pytest.raises(TypeError, match="must be float32.*got Long"):
+        warp_softmax.softmax(torch.ones(3, 4, dtype=torch.int64), 1)
+
+
 def test_complex_is_refused():
-    with pytest.raises(NotImplementedError, match="ComplexFloat"):
+    with pytest.raises(TypeError, match="ComplexFloat"):
         warp_softmax.softmax(torch.randn(3, 4, dtype=torch.complex64))
 
 
@@ -209,8 +219,13 @@ def test_unsupported_backend_is_refused(backend, make):
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_nested_tensor_is_refused():
     nested = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)])
-    with pytest.raises(RuntimeError):
-        warp_softmax.softmax(nested)
+    for context in (contextlib.nullcontext, torch.no_grad):
+        with context(), pytest.raises(NotImplementedError, match="nested tensor.*unbind"):
+            warp_softmax.softmax(nested)
+    with pytest.raises(NotImplementedError, match="grad_output is a nested tensor"):
+        torch.ops.warp_softmax.softmax_backward(nested, nested, -1)
+    with torch.inference_mode(), pytest.raises(NotImplementedError, match="NestedTensorCPU"):
+        warp_softmax.softmax(nested)  # no autograd key: the dispatcher's own clear error
 
 
 def registered_keys(op_name: str) -> set[str]:

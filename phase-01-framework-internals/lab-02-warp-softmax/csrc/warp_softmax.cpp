@@ -48,10 +48,11 @@ bool is_supported_dtype(at::ScalarType t) {
 }
 }  // namespace
 
+// TypeError, not NotImplementedError: FakeTensor (torch.compile, export) reads a
+// NotImplementedError from a Meta kernel as "this op has no fake kernel" and drops the message.
 void check_dtype(const Tensor& t, const char* op, const char* arg) {
-  TORCH_CHECK_NOT_IMPLEMENTED(is_supported_dtype(t.scalar_type()), op, ": ", arg,
-                              " must be float32, float64, bfloat16 or float16, got ",
-                              t.scalar_type());
+  TORCH_CHECK_TYPE(is_supported_dtype(t.scalar_type()), op, ": ", arg,
+                   " must be float32, float64, bfloat16 or float16, got ", t.scalar_type());
   TORCH_CHECK(t.layout() == at::kStrided, op, ": ", arg, " must be a strided (dense) tensor, got ",
               t.layout());
 }
@@ -380,11 +381,23 @@ class SoftmaxBackwardFunction : public torch::autograd::Function<SoftmaxBackward
   }
 };
 
+// The Autograd kernel also serves AutogradNestedTensor, and Function::apply asks its inputs
+// for their sizes, which a nested tensor cannot give ("Internal error: NestedTensorImpl doesn't
+// support sizes"): refuse nested tensors here, by name.
+void check_not_nested(const Tensor& t, const char* op, const char* arg) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!t.is_nested(), op, ": ", arg,
+                              " is a nested tensor, which is not supported; apply the op to "
+                              "each component (nested.unbind())");
+}
+
 Tensor softmax_autograd(const Tensor& self, int64_t dim) {
+  check_not_nested(self, "warp_softmax::softmax", "self");
   return SoftmaxFunction::apply(self, dim);
 }
 
 Tensor softmax_backward_autograd(const Tensor& grad_output, const Tensor& output, int64_t dim) {
+  check_not_nested(grad_output, "warp_softmax::softmax_backward", "grad_output");
+  check_not_nested(output, "warp_softmax::softmax_backward", "output");
   return SoftmaxBackwardFunction::apply(grad_output, output, dim);
 }
 
