@@ -95,7 +95,8 @@ def export_untracked_module(model, export_dir: str | Path, seq_len: int) -> Path
 
 
 def load_serving_fn(savedmodel_dir: str | Path, signature_key: str = SERVING_KEY):
-    """The reloaded signature as ``fn(inputs: dict) -> np.ndarray`` (its first output)."""
+    """The reloaded signature as ``fn(inputs: dict) -> dict[str, np.ndarray]``: every output,
+    by name (what :func:`validate_tflite` compares, output by output)."""
     import tensorflow as tf
 
     from graph_inspector.inspect_graph import NotASavedModelError
@@ -113,11 +114,10 @@ def load_serving_fn(savedmodel_dir: str | Path, signature_key: str = SERVING_KEY
             f"(it has {sorted(loaded.signatures)})"
         )
     signature = loaded.signatures[signature_key]
-    output_name = sorted(signature.structured_outputs)[0]
 
-    def run(inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+    def run(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         tensors = {k: tf.constant(v) for k, v in inputs.items()}
-        return signature(**tensors)[output_name].numpy()
+        return {name: value.numpy() for name, value in signature(**tensors).items()}
 
     run.signature = signature  # type: ignore[attr-defined]
     run.loaded = loaded  # type: ignore[attr-defined]  # keeps the variables alive
@@ -389,7 +389,7 @@ def run_demo(out_dir: Path, quick: bool = False) -> PipelineResult:
             serving = load_serving_fn(savedmodel_dir)
             savedmodel_logits = np.concatenate(
                 [
-                    serving({k: v[s : s + 128] for k, v in dev_inputs.items()})
+                    serving({k: v[s : s + 128] for k, v in dev_inputs.items()})["logits"]
                     for s in range(0, len(data.dev_labels), 128)
                 ]
             )
