@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -178,6 +180,24 @@ def test_composite_tensor_arguments_are_keyed_by_type_spec():
     assert a.key == b.key and a.kind == "composite"
 
 
+def test_keras_variable_argument_is_keyed_like_a_tensor():
+    # Regression: a keras.Variable was "unhashable" with advice to define __hash__; TF keys it by
+    # a TensorSpec, so a tensor of the same shape reuses its trace.
+    @tf.function
+    def g(v):
+        return v * 2.0
+
+    monitor = RetraceMonitor(g)
+    monitor(keras.Variable(tf.ones([2])))
+    monitor(keras.Variable(tf.ones([2])))  # another object, same spec: no trace
+    monitor(keras.Variable(tf.ones([3])))
+    monitor(tf.ones([2]))  # reuses the keras.Variable [2] trace
+    assert [r.new_traces for r in monitor.records] == [1, 0, 1, 0]
+    assert monitor.traces == g.experimental_get_tracing_count() == 2
+    assert [str(c) for c in monitor.records[2].causes] == ["v: now float32[3], before float32[2]"]
+    assert monitor.records[2].causes[0].kind == "shape"
+
+
 def test_object_hashed_by_value_is_not_called_identity():
     # Regression: a frozen dataclass changing value was labelled [object identity].
     result = retrace_scenarios.object_value()
@@ -219,6 +239,25 @@ def test_einsum_flops_count_every_point_of_the_index_space():
     assert node_of(report, "Einsum").cost.flops == 2 * b * i * j * k
 
 
+@pytest.mark.parametrize(
+    ("equation", "shapes", "flops"),
+    [
+        # Regression: 12000 (2 per point of i·j·k). The [30,40] operand is summed to a scalar
+        # first (30·40 adds), then multiplied into the 5 outputs (5 multiplies).
+        ("ij,k->k", [[30, 40], [5]], 30 * 40 + 5),
+        # k lives only in the second operand: sum [3,4] over k (12), then a matvec (2·2·3).
+        ("ij,jk->i", [[2, 3], [3, 4]], 3 * 4 + 2 * 2 * 3),
+        ("i,j->", [[3], [4]], 3 + 4 + 1),  # sum each vector, multiply the two sums
+        ("i,j->ij", [[3], [4]], 3 * 4),  # outer product: one multiply per output
+        ("ii->", [[5, 5]], 5),  # trace: five adds
+    ],
+)
+def test_einsum_flops_reduce_a_one_sided_label_first(equation, shapes, flops):
+    specs = [tf.TensorSpec(s, tf.float32) for s in shapes]
+    report = trace_and_inspect(lambda *xs: tf.einsum(equation, *xs), *specs)
+    assert node_of(report, "Einsum").cost.flops == flops
+
+
 def test_conv2d_elementwise_reduction_softmax_costs():
     report = trace_and_inspect(
         lambda x, w: tf.nn.softmax(tf.reduce_sum(tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME")), [1])),
@@ -230,7 +269,9 @@ def test_conv2d_elementwise_reduction_softmax_costs():
     assert node_of(report, "Relu").cost.flops == out_elems
     assert node_of(report, "Sum").cost.flops == out_elems  # one add per input element
     assert node_of(report, "Softmax").cost.flops == 5 * (2 * 8 * 4)
-    assert report.total_flops == sum(n.cost.flops for n in report.nodes if n.cost)
+    # The rest (placeholders, the axis Const, the output Identity) are free: the hand total.
+    hand_total = 2 * out_elems * 27 + out_elems + out_elems + 5 * (2 * 8 * 4)
+    assert report.total_flops == hand_total
 
 
 def test_uncostable_ops_are_listed_not_guessed():
@@ -260,7 +301,7 @@ def test_report_counts_inputs_outputs_captures():
         tf.TensorSpec([2, 3], tf.float32), tf.TensorSpec([5], tf.int32)
     )
     assert report.node_count == len(concrete.graph.get_operations())
-    assert sum(report.op_histogram.values()) == report.node_count
+    assert report.op_histogram == Counter(op.type for op in concrete.graph.get_operations())
     assert [(t.name, t.dtype, t.shape) for t in report.inputs] == [
         ("x", "float32", (2, 3)),
         ("y", "int32", (5,)),
@@ -309,6 +350,26 @@ def test_nested_tf_function_calls_are_expanded():
     assert call.cost is None and flat.node_count < expanded.node_count
 
 
+def test_cond_and_while_bodies_are_listed_but_not_totalled():
+    # Regression: the ops inside tf.cond branches and tf.while_loop bodies were missing.
+    @tf.function
+    def f(x, n):
+        y = tf.cond(tf.reduce_sum(x) > 0, lambda: tf.nn.relu(x), lambda: -x)
+        return tf.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, v * 2.0), [0, y])[1]
+
+    report = trace_and_inspect(f, tf.TensorSpec([4], tf.float32), tf.TensorSpec([], tf.int32))
+    relu, neg, mul = (node_of(report, op) for op in ("Relu", "Neg", "Mul"))
+    assert relu.inside == "cond/then_branch" and neg.inside == "cond/else_branch"
+    assert mul.inside == "while/body"
+    assert relu.inputs == ("x:0",) and relu.cost.flops == 4  # wired to the cond's operand
+    assert node_of(report, "Less").inside == "while/cond"
+    assert report.op_histogram["Relu"] == report.op_histogram["Neg"] == 1
+    # Totals: only the top-level Sum (4 adds) and Greater (1); If/While listed as not costed.
+    assert report.total_flops == 4 + 1
+    assert sorted(n.op for n in report.uncostable) == ["StatelessIf", "StatelessWhile"]
+    assert "inside If branches / While bodies" in report.summary()
+
+
 def test_json_dot_tensorboard_and_drawing(tmp_path):
     report = trace_and_inspect(
         lambda x: tf.nn.relu(tf.matmul(x, tf.ones([3, 3]))), tf.TensorSpec([2, 3], tf.float32)
@@ -317,14 +378,13 @@ def test_json_dot_tensorboard_and_drawing(tmp_path):
     assert data["node_count"] == report.node_count == len(data["nodes"])
     first = data["nodes"][0]
     assert set(first) >= {"name", "op", "inputs", "outputs", "cost"}
-    assert report.to_json() == report.to_json()
+    # Byte-identical JSON across processes: test_graph_json_identical_in_two_processes.
     dot = report.to_dot()
-    assert dot.startswith("digraph") and dot.count("->") == sum(
-        1
-        for n in report.nodes
-        for t in n.inputs
-        if t.rsplit(":", 1)[0] in {m.name for m in report.nodes}
-    )
+    assert dot.startswith("digraph")
+    # Edges read back from the DOT text, by node name (the second line of each label).
+    names = dict(re.findall(r'^  (n\d+) \[label="[^\\]*\\n([^\\"]*)', dot, re.M))
+    edges = {(names[a], names[b]) for a, b in re.findall(r"^  (n\d+) -> (n\d+);", dot, re.M)}
+    assert edges == {("x", "MatMul"), ("ones", "MatMul"), ("MatMul", "Relu"), ("Relu", "Identity")}
     drawing = report.render(tmp_path / "graph")
     assert drawing.exists() and drawing.stat().st_size > 1000
     assert report.plot_op_histogram(tmp_path / "hist.png").exists()
@@ -417,6 +477,47 @@ def test_cli_corrupt_savedmodel_is_one_line(tmp_path, command):
     proc = run_cli(command, str(tmp_path))
     assert_one_line_error(proc, "could not be loaded as a SavedModel")
     assert proc.returncode == cli.EXIT_USAGE  # convert exited 1 with an OSError line
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        ([], "required: command"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["inspect", ".", "--unknown-dim", "x"], "--unknown-dim: invalid int value: 'x'"),
+        (["convert", ".", "--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_cli_argument_errors_are_one_line(argv, needle, capsys):
+    # Regression: argparse printed its usage block and a "python -m graph_inspector <cmd>:" prefix.
+    assert cli.main(argv) == cli.EXIT_USAGE
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("graph_inspector: error: "), captured.err
+    assert needle in lines[0] and captured.out == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["inspect", "{sm}", "--json", "{tmp}/missing/r.json"], "missing does not exist"),
+        (["inspect", "{sm}", "--dot", "{tmp}"], "is a folder, expected a file name"),
+        (["convert", "{sm}", "--out", "{tmp}/a_file"], "a_file: exists and is not a folder"),
+        (["convert", "{sm}", "--out", "{tmp}/a_file/sub"], "a_file is a file, not a folder"),
+    ],
+)
+def test_cli_output_paths_are_checked_before_the_work(tmp_path, argv, needle, capsys):
+    # Regression: the paths were only tried after the work (inspect crashed with exit 1 at the
+    # end). The SavedModel here is corrupt, so reaching the work would report that instead.
+    sm = tmp_path / "sm"
+    sm.mkdir()
+    (sm / "saved_model.pb").write_bytes(b"not a protobuf")
+    (tmp_path / "a_file").write_text("")
+    argv = [a.format(sm=sm, tmp=tmp_path) for a in argv]
+    assert cli.main(argv) == cli.EXIT_USAGE
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("graph_inspector: error: ")
+    assert needle in lines[0] and "could not be loaded" not in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -600,6 +701,62 @@ def test_load_hf_bert_rejects_bad_folders(tmp_path):
         BertConfig.from_hf_json(tmp_path / "config.json")
     with pytest.raises(ValueError, match="multiple of"):
         BertConfig(hidden_size=130, num_attention_heads=4)
+
+
+_TINY_HF = dict(
+    vocab_size=20,
+    hidden_size=8,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=16,
+    max_position_embeddings=16,
+)
+
+
+def _write_tiny_hf_checkpoint(folder: Path, stored_layers: int, **extra: np.ndarray) -> None:
+    """A Hugging Face style folder: config.json says 2 layers, the weights hold stored_layers."""
+    from graph_inspector.bert import BertModel, _hf_to_keras_pairs
+    from safetensors.numpy import save_file
+
+    folder.mkdir()
+    model = BertModel(BertConfig(**{**_TINY_HF, "num_hidden_layers": stored_layers}))
+    tensors = {
+        f"bert.{name}": (np.asarray(v).T if transpose else np.asarray(v)).copy()
+        for name, v, transpose in _hf_to_keras_pairs(model)
+    }
+    save_file({**tensors, **extra}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert", **_TINY_HF}))
+
+
+def test_load_hf_bert_rejects_weights_the_config_does_not_use(tmp_path):
+    # Regression: a 2-layer config over 3-layer weights loaded and silently dropped layer 2.
+    _write_tiny_hf_checkpoint(tmp_path / "extra_layer", stored_layers=3)
+    with pytest.raises(ValueError, match=r"layers 2 but config.json has num_hidden_layers=2; 16 "):
+        load_hf_bert(tmp_path / "extra_layer")
+    # Task heads and the position-id buffer are not part of the encoder: ignored, not an error.
+    head = {
+        "classifier.weight": np.zeros([3, 8], np.float32),
+        "bert.embeddings.position_ids": np.arange(16, dtype=np.int64)[None],
+    }
+    _write_tiny_hf_checkpoint(tmp_path / "task_model", stored_layers=2, **head)
+    model, config = load_hf_bert(tmp_path / "task_model")
+    assert config.num_hidden_layers == len(model.encoder_layers) == 2
+    _write_tiny_hf_checkpoint(
+        tmp_path / "stray", stored_layers=2, **{"bert.extra.weight": np.zeros(2, np.float32)}
+    )
+    with pytest.raises(ValueError, match=r"1 tensor\(s\) unused: extra.weight$"):
+        load_hf_bert(tmp_path / "stray")
+
+
+def test_load_hf_bert_names_a_corrupt_file(tmp_path):
+    # Regression: a raw JSONDecodeError / SafetensorError that did not say which file.
+    _write_tiny_hf_checkpoint(tmp_path / "ckpt", stored_layers=2)
+    (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"garbage bytes here")
+    with pytest.raises(ValueError, match=r"model.safetensors: not a readable safetensors file"):
+        load_hf_bert(tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"config.json: not valid JSON"):
+        load_hf_bert(tmp_path / "ckpt")
 
 
 def test_tokenizer_rejects_mismatched_pairs():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -61,7 +62,12 @@ class BertConfig:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no BERT config.json at {path}")
-        raw = json.loads(path.read_text())
+        try:
+            raw = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: expected a JSON object, got {type(raw).__name__}")
         if raw.get("model_type", "bert") != "bert":
             raise ValueError(f"{path}: model_type is {raw.get('model_type')!r}, expected 'bert'")
         if raw.get("hidden_act", "gelu") != "gelu":
@@ -300,13 +306,25 @@ def _hf_to_keras_pairs(model: BertModel) -> list[tuple[str, keras.Variable, bool
     return pairs
 
 
+# Checkpoint tensors the encoder legitimately does not use: the heads of task models (masked-LM
+# and next-sentence "cls.", classification "classifier.", question answering "qa_outputs.") and
+# the constant position-id buffer older transformers versions saved. Any other unused tensor
+# means config.json and the weights disagree (e.g. 2 layers configured, 6 stored).
+_IGNORED_PREFIXES = ("cls.", "classifier.", "qa_outputs.")
+_IGNORED_NAMES = ("embeddings.position_ids",)
+_LAYER = re.compile(r"encoder\.layer\.(\d+)\.")
+
+
 def load_hf_bert(checkpoint_dir: str | Path) -> tuple[BertModel, BertConfig]:
     """Build a :class:`BertModel` from a Hugging Face BERT folder (config.json + model.safetensors).
 
     Accepts both bare ``BertModel`` checkpoints and ones saved from a task model (names prefixed
-    with ``bert.``). Every encoder weight must be present with the expected shape; a checkpoint
-    without a pooler keeps the pooler's random initialisation.
+    with ``bert.``; the task head is ignored). Every encoder weight must be present with the
+    expected shape, and every stored tensor must be used (task heads and the position-id buffer
+    aside): weights for more layers than config.json describes are an error, not dropped. A
+    checkpoint without a pooler keeps the pooler's random initialisation.
     """
+    from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
     checkpoint_dir = Path(checkpoint_dir)
@@ -316,10 +334,16 @@ def load_hf_bert(checkpoint_dir: str | Path) -> tuple[BertModel, BertConfig]:
     if not weights_path.is_file():
         raise FileNotFoundError(f"{checkpoint_dir} has no model.safetensors")
     config = BertConfig.from_hf_json(checkpoint_dir / "config.json")
-    tensors = {k.removeprefix("bert."): v for k, v in load_file(str(weights_path)).items()}
+    try:
+        stored = load_file(str(weights_path))
+    except SafetensorError as exc:
+        raise ValueError(f"{weights_path}: not a readable safetensors file ({exc})") from None
+    tensors = {k.removeprefix("bert."): v for k, v in stored.items()}
 
     model = BertModel(config, name="bert")  # builds its variables eagerly
-    for hf_name, variable, transpose in _hf_to_keras_pairs(model):
+    pairs = _hf_to_keras_pairs(model)
+    used = {hf_name for hf_name, _, _ in pairs}
+    for hf_name, variable, transpose in pairs:
         if hf_name not in tensors:
             if hf_name.startswith("pooler."):
                 continue
@@ -333,6 +357,24 @@ def load_hf_bert(checkpoint_dir: str | Path) -> tuple[BertModel, BertConfig]:
                 f"the config implies {tuple(variable.shape)}"
             )
         variable.assign(value)
+    unused = sorted(
+        name
+        for name in tensors
+        if name not in used
+        and name not in _IGNORED_NAMES
+        and not name.startswith(_IGNORED_PREFIXES)
+    )
+    if unused:
+        extra_layers = sorted({int(m[1]) for n in unused if (m := _LAYER.match(n))})
+        hint = (
+            f"weights for layers {', '.join(map(str, extra_layers))} but config.json has "
+            f"num_hidden_layers={config.num_hidden_layers}; "
+            if extra_layers
+            else ""
+        )
+        more = f", … (+{len(unused) - 3} more)" if len(unused) > 3 else ""
+        shown = ", ".join(unused[:3]) + more
+        raise ValueError(f"{weights_path}: {hint}{len(unused)} tensor(s) unused: {shown}")
     return model, config
 
 

@@ -1,9 +1,11 @@
 """``python -m graph_inspector {inspect,convert,demo}``.
 
-Every failure the user can cause (bad path, a folder that is not a SavedModel, a graph the
-converter cannot handle) ends in one line on stderr, ``graph_inspector: error: ...``, and a
-non-zero exit status — never a traceback. Set ``GRAPH_INSPECTOR_DEBUG=1`` to get the traceback.
-Path checks run before TensorFlow is imported, so they answer in well under a second.
+Every failure the user can cause (bad arguments, bad path, a folder that is not a SavedModel,
+an output path that cannot be written, a graph the converter cannot handle) ends in one line on
+stderr, ``graph_inspector: error: ...``, and a non-zero exit status (2 for usage errors) — never
+a traceback or a usage block. Set ``GRAPH_INSPECTOR_DEBUG=1`` to get the traceback. Input and
+output path checks run before TensorFlow is imported and before any work, so they answer in
+well under a second.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 EXIT_USAGE = 2  # bad path / not a SavedModel / bad arguments
 EXIT_FAILED = 1  # the job ran and failed (unconvertible graph, failing checks)
@@ -28,8 +30,17 @@ class CliError(Exception):
         self.exit_code = exit_code
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but its errors follow the CLI contract: one line, the same prefix, exit 2
+    (argparse's own error prints the usage block first). Subparsers inherit this class."""
+
+    def error(self, message: str) -> NoReturn:
+        text = " ".join(message.split())
+        self.exit(EXIT_USAGE, f"graph_inspector: error: {text} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m graph_inspector",
         description="See inside tf.function graphs, explain retracing, convert to TFLite.",
     )
@@ -58,7 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2, already printed)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     handlers = {"inspect": cmd_inspect, "convert": cmd_convert, "demo": cmd_demo}
     try:
         return handlers[args.command](args)
@@ -84,6 +98,29 @@ def _one_line(exc: BaseException) -> str:
 def _error_kind(exc: BaseException) -> str:
     name = type(exc).__name__
     return "" if name in ("ConversionError", "NotASavedModelError") else f"{name}: "
+
+
+def _check_output_file(option: str, path: str | None) -> None:
+    """Fail before the work, not after it, when a file cannot be written where asked."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise CliError(f"{option} {p}: is a folder, expected a file name")
+    if not p.parent.is_dir():
+        raise CliError(f"{option} {p}: folder {p.parent} does not exist")
+
+
+def _check_output_dir(option: str, path: str | Path) -> None:
+    """A folder that exists or can be created (missing parents are created, files are not)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise CliError(f"{option} {p}: exists and is not a folder")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise CliError(f"{option} {p}: {parent} is a file, not a folder")
+            break
 
 
 def _checked_savedmodel(path: str) -> Path:
@@ -122,6 +159,10 @@ def import_tensorflow_quietly() -> None:
 def cmd_inspect(args: argparse.Namespace) -> int:
     import json
 
+    _check_output_file("--json", args.json)
+    _check_output_file("--dot", args.dot)
+    if args.tensorboard:
+        _check_output_dir("--tensorboard", args.tensorboard)
     folder = _checked_savedmodel(args.savedmodel_dir)
     from graph_inspector.inspect_graph import NotASavedModelError, inspect_savedmodel
 
@@ -204,8 +245,11 @@ def _print_mlir(report: Any) -> None:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    if args.out:
+        _check_output_dir("--out", args.out)
     folder = _checked_savedmodel(args.savedmodel_dir)
     out = Path(args.out) if args.out else folder.with_name(folder.name + "_tflite")
+    _check_output_dir("--out" if args.out else "default output folder", out)
     try:
         from graph_inspector.pipeline import convert_savedmodel
     except ImportError as exc:
@@ -270,6 +314,7 @@ def native_stderr_captured() -> Iterator[_CapturedLog]:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    _check_output_dir("--out", args.out)
     import_tensorflow_quietly()
     from phase01_common.report import section_text
 

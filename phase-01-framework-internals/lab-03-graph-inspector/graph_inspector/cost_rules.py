@@ -177,23 +177,46 @@ def batch_matmul(v: OpView) -> NodeCost:
 
 
 def einsum(v: OpView) -> NodeCost:
+    """Einsum (TF's op takes one or two operands), costed the way it can be computed:
+
+    1. a label summed away that appears in one operand only is a reduction of that operand
+       first: 1 FLOP per element of the operand, like any reduction ("ij,k->k" sums the [i,j]
+       operand to a scalar: i·j FLOPs, not i·j·k);
+    2. the two reduced operands are then combined over the union of their remaining labels:
+       2 FLOPs per point (multiply-add) if a shared label is contracted, else 1 (a product).
+
+    One operand: 1 FLOP per point of its index space (a reduction, transpose or diagonal).
+    """
     equation = v.get_attr("equation")
     equation = equation.decode() if isinstance(equation, bytes) else str(equation)
     if "..." in equation:
         raise Uncostable(f"einsum with ellipsis '{equation}' (label sizes not resolved)")
     lhs, out_labels = equation.replace(" ", "").split("->")
     operands = lhs.split(",")
+    if len(operands) not in (1, 2):
+        raise Uncostable(f"einsum with {len(operands)} operands '{equation}'")
     sizes: dict[str, int] = {}
     for labels, t in zip(operands, v.inputs, strict=False):
         numel(t)
         assert t.shape is not None
         for label, size in zip(labels, t.shape, strict=True):
             sizes[label] = int(size)  # type: ignore[arg-type]
-    contracted = set("".join(operands)) - set(out_labels)
-    if len(operands) == 2 and contracted:
-        flops = 2 * math.prod(sizes.values())  # one multiply-add per point of the index space
-    else:
-        flops = math.prod(sizes.values())
+
+    def points(labels: set[str]) -> int:
+        return math.prod(sizes[label] for label in labels)
+
+    if len(operands) == 1:
+        return NodeCost(points(set(operands[0])), _io_bytes(v))
+    a, b = set(operands[0]), set(operands[1])
+    flops = 0
+    remaining = []
+    for own, other in ((a, b), (b, a)):
+        private_sums = own - other - set(out_labels)
+        if private_sums:
+            flops += points(own)  # reduce this operand over its private labels first
+        remaining.append(own - private_sums)
+    contracted = (remaining[0] & remaining[1]) - set(out_labels)
+    flops += (2 if contracted else 1) * points(remaining[0] | remaining[1])
     return NodeCost(flops, _io_bytes(v))
 
 
@@ -257,10 +280,12 @@ COST_RULES: dict[str, Callable[[OpView], NodeCost]] = {
 
 # Why some well-known ops have no rule: said instead of a generic "no rule".
 _NO_RULE_REASONS = {
-    "While": "control flow: cost depends on the number of iterations at run time",
-    "StatelessWhile": "control flow: cost depends on the number of iterations at run time",
-    "If": "control flow: cost depends on which branch runs",
-    "StatelessIf": "control flow: cost depends on which branch runs",
+    "While": "control flow: cost depends on the number of iterations at run time (body ops "
+    "listed after it)",
+    "StatelessWhile": "control flow: cost depends on the number of iterations at run time (body "
+    "ops listed after it)",
+    "If": "control flow: cost depends on which branch runs (branch ops listed after it)",
+    "StatelessIf": "control flow: cost depends on which branch runs (branch ops listed after it)",
     "PartitionedCall": "function call whose body is not available to expand",
     "StatefulPartitionedCall": "function call whose body is not available to expand",
 }

@@ -6,6 +6,12 @@ into other tf.functions (``StatefulPartitionedCall`` / ``PartitionedCall``, whic
 model or a SavedModel signature shows up) are expanded in place by default: the callee's nodes are
 inlined under the call's name, its placeholders are wired to the call's inputs and the call's
 outputs to the callee's results — so the report shows the ops that run, not one opaque call.
+
+Control flow (``tf.cond`` -> ``If``/``StatelessIf``, ``tf.while_loop`` -> ``While``/
+``StatelessWhile``) is listed the same way: the node itself (not costed), then the ops of each
+branch / of the loop's cond and body, named under it (``cond/then_branch/Relu``) and marked
+with :attr:`Node.inside`. They count in the node list and the op histogram but not in the cost
+totals: only one branch runs, and a loop body runs a number of times known only at run time.
 """
 
 from __future__ import annotations
@@ -38,6 +44,14 @@ __all__ = [
 ]
 
 _CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
+# Control-flow op -> (function attributes holding its bodies, how many leading op inputs the
+# bodies do not take: If's condition).
+_CONTROL_FLOW_OPS = {
+    "If": (("then_branch", "else_branch"), 1),
+    "StatelessIf": (("then_branch", "else_branch"), 1),
+    "While": (("cond", "body"), 0),
+    "StatelessWhile": (("cond", "body"), 0),
+}
 
 
 class NotASavedModelError(ValueError):
@@ -52,11 +66,15 @@ class Node:
     outputs: tuple[TensorInfo, ...]
     cost: NodeCost | None
     uncostable_reason: str | None = None
+    # Inside which control-flow body ("cond/then_branch", "while/body"); None at top level.
+    # Such nodes are listed and counted, but their costs stay out of the totals.
+    inside: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "op": self.op,
+            "inside": self.inside,
             "inputs": list(self.inputs),
             "outputs": [
                 {"dtype": t.dtype, "shape": None if t.shape is None else list(t.shape)}
@@ -107,15 +125,22 @@ class GraphReport:
 
     @property
     def total_flops(self) -> int:
-        return sum(n.cost.flops for n in self.nodes if n.cost)
+        """FLOPs of the nodes outside control-flow bodies (see :attr:`Node.inside`)."""
+        return sum(n.cost.flops for n in self.nodes if n.cost and n.inside is None)
 
     @property
     def total_bytes(self) -> int:
-        return sum(n.cost.bytes_moved for n in self.nodes if n.cost)
+        return sum(n.cost.bytes_moved for n in self.nodes if n.cost and n.inside is None)
 
     @property
     def uncostable(self) -> list[Node]:
-        return [n for n in self.nodes if n.cost is None]
+        """Top-level nodes without a cost (an If/While stands for the ops inside it)."""
+        return [n for n in self.nodes if n.cost is None and n.inside is None]
+
+    @property
+    def in_control_flow(self) -> list[Node]:
+        """Nodes inside If branches and While cond/body functions."""
+        return [n for n in self.nodes if n.inside is not None]
 
     def captured(self, kind: str) -> tuple[int, int]:
         """(count, bytes) of the captures of one kind ("variable" or "constant")."""
@@ -142,6 +167,7 @@ class GraphReport:
             "node_count": self.node_count,
             "top_level_node_count": self.top_level_node_count,
             "expanded_calls": self.expanded_calls,
+            "nodes_in_control_flow": len(self.in_control_flow),
             "op_histogram": self.op_histogram,
             "inputs": [_tensor_dict(t) for t in self.inputs],
             "outputs": [_tensor_dict(t) for t in self.outputs],
@@ -180,21 +206,27 @@ class GraphReport:
             f"{_human_bytes(self.total_bytes)} moved"
             f" ({len(self.uncostable)} node(s) not costed)"
         )
+        if self.in_control_flow:
+            lines.append(
+                f"  {len(self.in_control_flow)} node(s) inside If branches / While bodies: listed "
+                "and counted below, their costs not in the totals (run count unknown statically)"
+            )
         lines.append("")
         lines.append(f"  {'op type':<28}{'nodes':>6}{'FLOPs':>14}{'bytes':>14}")
         flops_by_op: Counter[str] = Counter()
         bytes_by_op: Counter[str] = Counter()
-        for n in self.nodes:
+        totalled = [n for n in self.nodes if n.inside is None]
+        for n in totalled:
             if n.cost:
                 flops_by_op[n.op] += n.cost.flops
                 bytes_by_op[n.op] += n.cost.bytes_moved
         for op, count in self.op_histogram.items():
-            costed = any(n.cost for n in self.nodes if n.op == op)
+            costed = any(n.cost for n in totalled if n.op == op)
             f = str(flops_by_op[op]) if costed else "-"
             b = str(bytes_by_op[op]) if costed else "-"
             lines.append(f"  {op:<28}{count:>6}{f:>14}{b:>14}")
         ranked = sorted(
-            (n for n in self.nodes if n.cost and n.cost.flops),
+            (n for n in self.nodes if n.cost and n.cost.flops and n.inside is None),
             key=lambda n: (-n.cost.flops, n.name),  # type: ignore[union-attr]
         )[:top]
         if ranked:
@@ -416,7 +448,12 @@ class _Walker:
         return name
 
     def walk(
-        self, graph: Any, prefix: str, input_aliases: dict[str, str], graph_stack: list[Any]
+        self,
+        graph: Any,
+        prefix: str,
+        input_aliases: dict[str, str],
+        graph_stack: list[Any],
+        inside: str | None = None,
     ) -> None:
         for alias, target in input_aliases.items():
             self.alias[alias] = target
@@ -434,7 +471,7 @@ class _Walker:
                         inner_prefix + p.name: src
                         for p, src in zip(callee.inputs, inputs, strict=True)
                     }
-                    self.walk(callee, inner_prefix, aliases, [*graph_stack, callee])
+                    self.walk(callee, inner_prefix, aliases, [*graph_stack, callee], inside)
                     for i, out in enumerate(callee.outputs):
                         self.alias[f"{name}:{i}"] = self.resolve(inner_prefix + out.name)
                     self.expanded.append(name)
@@ -452,7 +489,25 @@ class _Walker:
                 _attr_getter(op),
             )
             cost, reason = cost_of(view)
-            self.nodes.append(Node(name, op.type, inputs, outs, cost, reason))
+            self.nodes.append(Node(name, op.type, inputs, outs, cost, reason, inside))
+            if self.expand_calls and op.type in _CONTROL_FLOW_OPS:
+                self._walk_bodies(op, name, inputs, graph_stack)
+
+    def _walk_bodies(
+        self, op: Any, name: str, inputs: tuple[str, ...], graph_stack: list[Any]
+    ) -> None:
+        """List the ops of an If's branches / a While's cond and body after the node itself;
+        their parameters are wired to the op's inputs (for a loop: the initial values)."""
+        attrs, skip = _CONTROL_FLOW_OPS[op.type]
+        for attr in attrs:
+            body = _find_function_graph(op, graph_stack, attr)
+            if body is None or len(body.inputs) != len(inputs) - skip:
+                continue  # body not found: the node stays listed alone, as before
+            body_prefix = f"{name}/{attr}/"
+            aliases = {
+                body_prefix + p.name: src for p, src in zip(body.inputs, inputs[skip:], strict=True)
+            }
+            self.walk(body, body_prefix, aliases, [*graph_stack, body], f"{name}/{attr}")
 
 
 def _attr_getter(op: Any) -> Callable[[str], Any]:
@@ -465,9 +520,9 @@ def _attr_getter(op: Any) -> Callable[[str], Any]:
     return get
 
 
-def _find_function_graph(op: Any, graph_stack: list[Any]) -> Any | None:
+def _find_function_graph(op: Any, graph_stack: list[Any], attr: str = "f") -> Any | None:
     try:
-        fname = op.get_attr("f").name
+        fname = op.get_attr(attr).name
     except ValueError:
         return None
     for g in reversed(graph_stack):

@@ -3,8 +3,9 @@
 TensorFlow only counts traces (``experimental_get_tracing_count``) and warns "N out of the last
 M calls triggered retracing". The monitor here watches calls, notices each one that traced (the
 tracing count went up), describes every argument leaf the way the trace cache keys it (tensors
-by dtype and shape, RaggedTensor/SparseTensor by TypeSpec, lists/tuples/dicts by type, Python
-values by value, other objects by hash — identity by default) and diffs the call against the
+and tensor-likes such as keras.Variable by dtype and shape, RaggedTensor/SparseTensor by
+TypeSpec, lists/tuples/dicts by type, Python values by value, other objects by hash — identity
+by default) and diffs the call against the
 *closest* earlier trace, as TF traced it (read from the new concrete function's input signature,
 so reduce_retracing's generalized [None, 3] is what later calls meet; traces made before
 monitoring began are read the same way). Each difference becomes a :class:`Cause`
@@ -127,7 +128,11 @@ def describe(value: Any) -> ArgState:
         dtype = _dtype_name(value)
         key = ("var", dtype, shape)
         return ArgState("variable", f"Variable {_fmt(dtype, shape)}", key, dtype, shape)
-    if isinstance(value, tf.Tensor | np.ndarray | np.generic | tf.TensorSpec):
+    # tf.__internal__.types.Tensor: tensor-like objects such as keras.Variable, which TF keys
+    # by a TensorSpec (dtype and shape; a tensor of that shape reuses their trace), not by hash.
+    if isinstance(
+        value, tf.Tensor | tf.__internal__.types.Tensor | np.ndarray | np.generic | tf.TensorSpec
+    ):
         shape = _shape_of(value)
         dtype = _dtype_name(value)
         return ArgState("tensor", _fmt(dtype, shape), ("tensor", dtype, shape), dtype, shape)
