@@ -411,6 +411,231 @@ def test_optimizers_accept_a_zero_learning_rate():
             make([p], lr=-0.1)
 
 
+def test_optimizers_skip_none_grads_and_count_adam_steps_per_parameter():
+    """q gets no gradient for two steps: it must not move, and its first Adam update must use
+    the bias correction of step 1, not of step 3 (torch keeps one step count per parameter)."""
+    rng = np.random.default_rng(0)
+    w0, v0 = rng.standard_normal(3), rng.standard_normal(3)
+    for name, kw in [("Adam", {"lr": 0.1}), ("SGD", {"lr": 0.1, "momentum": 0.9})]:
+        results = []
+        for lib, make in (
+            (minigrad, minigrad.nn.Parameter),
+            (torch, lambda a: torch.nn.Parameter(torch.tensor(a))),
+        ):
+            p, q = make(w0.copy()), make(v0.copy())
+            opt = getattr(lib.optim, name)([p, q], **kw)
+            for step in range(4):
+                opt.zero_grad()
+                loss = (p * p).sum() if step < 2 else (p * p).sum() + (q * q * q).sum()
+                loss.backward()
+                opt.step()
+            results.append([np.asarray(t.detach().numpy()) for t in (p, q)])
+        for ours, theirs in zip(*results, strict=True):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-12, err_msg=name)
+
+
+def test_create_graph_gives_each_leaf_its_own_grad():
+    """Add hands one gradient to both inputs, and a leaf used as the root gets the seed:
+    under create_graph too, each .grad must be a private, writeable copy (as torch clones),
+    and stay differentiable."""
+    a, b = (minigrad.tensor(np.array(v), requires_grad=True) for v in ([1.0, 2.0], [3.0, 4.0]))
+    (a + b).sum().backward(create_graph=True)
+    assert a.grad is not b.grad and not np.shares_memory(a.grad.data, b.grad.data)
+    with minigrad.no_grad():
+        a.grad.mul_(0.5)  # clipping one gradient must not touch the other
+    np.testing.assert_array_equal(b.grad.data, [1.0, 1.0])
+    x = minigrad.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    seed = minigrad.tensor(np.array([5.0, 5.0]))
+    x.backward(seed, create_graph=True)
+    seed.zero_()
+    np.testing.assert_array_equal(x.grad.data, [5.0, 5.0])
+    w = minigrad.tensor(np.array([0.5, -1.5]), requires_grad=True)
+    wt = torch.tensor([0.5, -1.5], dtype=torch.float64, requires_grad=True)
+    (w**3).sum().backward(create_graph=True)
+    (wt**3).sum().backward(create_graph=True)
+    (h,) = minigrad.grad(w.grad.sum(), w)
+    (ht,) = torch.autograd.grad(wt.grad.sum(), wt)
+    np.testing.assert_allclose(h.data, ht.numpy(), rtol=1e-12)
+
+
+def test_max_without_dim_routes_the_gradient_to_nan_like_torch():
+    for values in ([1.0, np.nan, 2.0], [1.0, np.nan, np.nan], [3.0, 1.0, 3.0]):
+        for method in ("max", "amax"):  # amax leaves the gradient nan everywhere (torch)
+            x = minigrad.tensor(np.array(values), requires_grad=True)
+            xt = torch.tensor(values, dtype=torch.float64, requires_grad=True)
+            getattr(x, method)().backward()
+            getattr(xt, method)().backward()
+            np.testing.assert_array_equal(x.grad.data, xt.grad.numpy(), err_msg=method)
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        [(2, 5, 4), (1, 6, 4), (1, 6, 3)],  # k and v shared by the whole batch
+        [(2, 3, 5, 4), (2, 1, 6, 4), (2, 1, 6, 3)],  # one k/v head for three query heads
+        [(1, 5, 4), (2, 6, 4), (2, 6, 3)],  # q broadcast
+        [(2, 5, 4), (2, 0, 4), (2, 0, 3)],  # S = 0: zeros out, as torch
+        [(2, 0, 4), (2, 6, 4), (2, 6, 3)],  # L = 0: empty out
+    ],
+    ids=["kv_batch", "kv_heads", "q_batch", "empty_keys", "empty_queries"],
+)
+def test_fused_attention_broadcast_and_empty_like_torch(shapes):
+    from minigrad.attention import scaled_dot_product_attention
+
+    rng = np.random.default_rng(4)
+    arrays = [rng.standard_normal(s) for s in shapes]
+    ours = [minigrad.Tensor(a.copy(), requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    out = scaled_dot_product_attention(*ours)
+    ref = torch.nn.functional.scaled_dot_product_attention(*theirs)
+    upstream = rng.standard_normal(ref.shape)
+    out.backward(upstream)
+    ref.backward(torch.from_numpy(upstream))
+    assert relative_error(out.data, ref.detach().numpy()) < TOL
+    for m, t in zip(ours, theirs, strict=True):
+        assert relative_error(m.grad.data, t.grad.numpy()) < TOL
+    if all(0 not in s for s in shapes):
+        xs = [minigrad.Tensor(a[..., :2, :], requires_grad=True) for a in arrays]
+        assert minigrad.gradgradcheck(scaled_dot_product_attention, xs)
+
+
+F32 = [0.5, 1.5, 2.0]
+FLOAT32_CASES = [
+    ("mul_numpy_f64_scalar", lambda x, lib: x * np.float64(2.0)),
+    ("div_numpy_sqrt", lambda x, lib: x / np.sqrt(4.0)),
+    ("mul_0dim_f64_tensor", lambda x, lib: x * lib.tensor(np.float64(0.5))),
+    ("add_0dim_f64_tensor", lambda x, lib: lib.tensor(np.float64(0.5)) + x),
+    ("rpow", lambda x, lib: 2**x),
+    ("rpow_numpy_scalar", lambda x, lib: np.float64(2.0) ** x),
+    ("pow_numpy_scalar", lambda x, lib: x ** np.float64(3.0)),
+    ("mul_int_tensor", lambda x, lib: lib.tensor([1, 2, 3]) * x),
+    ("div_by_int_tensor", lambda x, lib: x / lib.tensor([1, 2, 4])),
+]
+
+
+@pytest.mark.parametrize("expr", [c[1] for c in FLOAT32_CASES], ids=[c[0] for c in FLOAT32_CASES])
+def test_float32_graphs_stay_float32_like_torch(expr):
+    """NumPy 2 promotes float32 with a NumPy float64 scalar, a 0-dim float64 array or an int64
+    array to float64; torch keeps float32 (scalars and 0-dim tensors are weak, float beats
+    int). Outputs and gradients, first order and create_graph, must have torch's dtypes."""
+    x = minigrad.tensor(np.array(F32, dtype=np.float32), requires_grad=True)
+    xt = torch.tensor(F32, requires_grad=True)
+    y, yt = expr(x, minigrad), expr(xt, torch)
+    assert y.dtype == np.float32 and yt.dtype == torch.float32
+    np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-6)
+    (g,) = minigrad.grad((y * y).sum(), x, create_graph=True)
+    (gt,) = torch.autograd.grad((yt * yt).sum(), xt, create_graph=True)
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g.data, gt.detach().numpy(), rtol=1e-5)
+    (h,) = minigrad.grad(g.sum(), x)  # the recorded backward stays float32 as well
+    (ht,) = torch.autograd.grad(gt.sum(), xt)
+    assert h.dtype == np.float32
+    np.testing.assert_allclose(h.data, ht.numpy(), rtol=1e-5, atol=1e-6)
+    y = expr(x, minigrad)  # the second-order grad above freed the graph
+    (y * y).sum().backward(create_graph=True)
+    assert x.grad.dtype == np.float32
+
+
+def test_mixed_dtype_gradients_come_back_in_each_inputs_dtype():
+    x = minigrad.tensor(np.array(F32, dtype=np.float32), requires_grad=True)
+    s = minigrad.tensor(np.float64(0.5), requires_grad=True)
+    xt = torch.tensor(F32, requires_grad=True)
+    st = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    for create_graph in (False, True):
+        x.grad = s.grad = xt.grad = st.grad = None
+        y, yt = (x * s + s).sum(), (xt * st + st).sum()
+        assert y.dtype == np.float32 and yt.dtype == torch.float32
+        y.backward(create_graph=create_graph)
+        yt.backward(create_graph=create_graph)
+        assert (x.grad.dtype, s.grad.dtype) == (np.float32, np.float64)
+        np.testing.assert_allclose(s.grad.data, st.grad.detach().numpy(), rtol=1e-6)
+        np.testing.assert_allclose(x.grad.data, xt.grad.detach().numpy(), rtol=1e-6)
+    i = minigrad.tensor([1, 2, 3])
+    assert (i / 2).dtype == (torch.tensor([1, 2, 3]) / 2).numpy().dtype == np.float32
+    assert (i * 0.5).dtype == np.float32 and (i * 2).dtype == np.int64
+    assert (i * minigrad.tensor(np.float64(0.5))).dtype == np.float64  # as torch: 0-dim float
+    y = minigrad.tensor(np.array(F32, dtype=np.float32), requires_grad=True) * 3
+    z = minigrad.tensor(np.ones(3), requires_grad=True)
+    (y.double() * z).sum().backward()  # a float64 gradient reaches y's float32 graph ...
+    assert y.grad_fn.next_edges[0].grad.dtype == np.float32  # ... and is cast back (Cast)
+
+
+def test_assigning_none_unregisters_a_parameter():
+    lin = minigrad.nn.Linear(3, 2)
+    ref = torch.nn.Linear(3, 2)
+    lin.bias = None
+    ref.bias = None
+    assert [n for n, _ in lin.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    assert list(lin.state_dict()) == list(ref.state_dict())
+    np.testing.assert_array_equal(lin(minigrad.tensor(np.ones((1, 3)))).data.shape, (1, 2))
+    with pytest.raises(TypeError, match="Parameter or None expected"):
+        lin.weight = minigrad.tensor(np.ones((2, 3)))
+
+
+NO_TARGETS = np.zeros(0, np.int64)
+
+
+@pytest.mark.parametrize(
+    "expr,shape",
+    [
+        (lambda F, x: F.softmax(x, dim=-1), (3, 0)),
+        (lambda F, x: F.log_softmax(x, dim=1), (3, 0)),
+        (lambda F, x: x.max(dim=1)[0], (0, 3)),
+        (lambda F, x: x.amax(dim=1), (0, 3)),
+        (lambda F, x: F.cross_entropy(x, _target(F, NO_TARGETS)), (0, 4)),  # nan, as torch
+        (lambda F, x: F.cross_entropy(x, _target(F, NO_TARGETS), reduction="sum"), (0, 4)),
+    ],
+    ids=["softmax", "log_softmax", "max_dim", "amax_dim", "cross_entropy", "cross_entropy_sum"],
+)
+def test_empty_tensors_like_torch(expr, shape):
+    x = minigrad.tensor(np.zeros(shape), requires_grad=True)
+    xt = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
+    y, yt = expr(F, x), expr(torch.nn.functional, xt)
+    assert y.shape == tuple(yt.shape)
+    np.testing.assert_array_equal(y.data, yt.detach().numpy())
+    y.backward(np.ones(y.shape))
+    yt.backward(torch.ones(yt.shape, dtype=torch.float64))
+    np.testing.assert_array_equal(x.grad.data, xt.grad.numpy())
+    with pytest.raises(ValueError, match="reduction dim 0 has size 0"):
+        minigrad.tensor(np.zeros((0, 3))).max(dim=0)
+
+
+def _target(lib_f, t):
+    return torch.from_numpy(t) if lib_f is torch.nn.functional else t
+
+
+def test_ops_saving_their_output_make_no_reference_cycle():
+    """Exp, Tanh, Sigmoid, Softmax, LogSoftmax and Pow save their own output: the node keeps
+    its data, not the output Tensor, so the output is freed as soon as it is dropped (no
+    garbage-collector pass needed), and an in-place change of it is still detected."""
+    import gc
+    import weakref
+
+    x = minigrad.tensor(np.array([0.5, -1.0]), requires_grad=True)
+    makers = [
+        lambda: x.exp(), lambda: x.tanh(), lambda: x.sigmoid(), lambda: F.softmax(x, dim=0),
+        lambda: F.log_softmax(x, dim=0), lambda: x ** 2.0, lambda: Swish.apply(x) * 1,
+    ]  # fmt: skip
+    gc.disable()
+    try:
+        for make in makers:
+            ref = weakref.ref(make())
+            assert ref() is None
+    finally:
+        gc.enable()
+    y = x.exp()
+    with minigrad.no_grad():
+        y.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    xt = torch.tensor([0.5, -1.0], dtype=torch.float64, requires_grad=True)
+    (g,) = minigrad.grad(x.tanh().sum(), x, create_graph=True)  # the saved output, rebuilt
+    (gt,) = torch.autograd.grad(xt.tanh().sum(), xt, create_graph=True)
+    (h,) = minigrad.grad(g.sum(), x)
+    (ht,) = torch.autograd.grad(gt.sum(), xt)
+    np.testing.assert_allclose(h.data, ht.numpy(), rtol=1e-12)
+
+
 # ----------------------------------------------------------------------------- 4. second order
 @pytest.mark.parametrize(
     "expr,specs", [c[1:] for c in SECOND_ORDER_CASES], ids=[c[0] for c in SECOND_ORDER_CASES]

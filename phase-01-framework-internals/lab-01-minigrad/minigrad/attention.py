@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from minigrad.function import Context, Function
+from minigrad.ops import sum_to
 from minigrad.tensor import Tensor
 
 
@@ -28,6 +29,12 @@ def _check_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
         raise ValueError(
             f"attention needs q, k, v with the same rank >= 2, got {q.shape}, {k.shape}, {v.shape}"
         )
+    try:
+        np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"attention: the batch dims of q {q.shape}, k {k.shape}, v {v.shape} do not broadcast"
+        ) from None
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
         raise ValueError(
             f"attention: q {q.shape} and k {k.shape} must share the last dim, and k and "
@@ -43,7 +50,7 @@ class FusedAttention(Function):
         ctx.scale = scale
         ctx.save_for_backward(q, k, v)
         s = (q.data @ np.swapaxes(k.data, -1, -2)) * scale
-        s -= s.max(axis=-1, keepdims=True)
+        s -= s.max(axis=-1, keepdims=True, initial=-np.inf)  # -inf: S = 0 gives zeros, as torch
         p = np.exp(s)
         p /= p.sum(axis=-1, keepdims=True)
         return p @ v.data
@@ -57,7 +64,9 @@ class FusedAttention(Function):
         ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True))
         dq = (ds @ k) * ctx.scale
         dk = (ds.mT @ q) * ctx.scale
-        return dq, dk, dv
+        # Batch and head dims broadcast (k, v of shape (1, S, d) serve every batch entry):
+        # sum each gradient back to its input's shape.
+        return sum_to(dq, q.shape), sum_to(dk, k.shape), sum_to(dv, v.shape)
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:

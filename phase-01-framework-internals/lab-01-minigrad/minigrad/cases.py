@@ -47,6 +47,10 @@ GRAD_CASES = [
     ("sum_all", lambda F, x: x.sum(), [(3, 4)], False),
     ("sum_dim_keepdim", lambda F, x: x.sum(dim=1, keepdim=True), [(3, 4, 2)], False),
     ("sum_dims", lambda F, x: x.sum(dim=(0, 2)), [(3, 4, 2)], False),
+    # dim=() reduces over every dim (torch 2.x), it is not the identity
+    ("sum_dim_empty_tuple", lambda F, x: x.sum(dim=()), [(3, 4)], False),
+    ("mean_dim_empty_tuple", lambda F, x: x.mean(dim=(), keepdim=True), [(3, 4)], False),
+    ("amax_dim_empty_tuple", lambda F, x: x.amax(dim=()), [(3, 4)], False),
     ("mean_dim", lambda F, x: x.mean(dim=0), [(3, 4)], False),
     ("mean_all", lambda F, x: x.mean(), [(3, 4)], False),
     ("max_dim", lambda F, x: x.max(dim=1).values, [(3, 4)], False),
@@ -64,6 +68,8 @@ GRAD_CASES = [
     ("transpose", lambda F, x, y: x.transpose(0, 1) @ y, [(3, 4), (3, 2)], False),
     ("permute", lambda F, x: x.permute(2, 0, 1).tanh(), [(2, 3, 4)], False),
     ("expand", lambda F, x: x.expand(3, 4) * 2, [(1, 4)], False),
+    ("expand_minus_one", lambda F, x: x.expand(2, 3, -1) * 2, [(1, 4)], False),
+    ("clone", lambda F, x: x.clone() * x, [(3, 4)], False),
     ("index_basic", lambda F, x: x[1:, ::2] * 3, [(3, 4)], False),
     ("index_int_array", lambda F, x: x[ROWS], [(3, 4)], False),
     ("softmax", lambda F, x: F.softmax(x, dim=-1), [(3, 4)], False),
@@ -122,4 +128,5 @@ GRADGRAD_CASES = [
     ("pow_tensor_exponent_0dim", lambda x, y: (x * x + 1) ** y.tanh(), [(), ()]),
     ("softmax_0dim", lambda x: F.softmax(x, dim=0) * x.exp() + F.log_softmax(x, dim=0), [()]),
     ("linear_relu", lambda x, w: F.linear(x, w).relu() * x.sum(), [(3, 4), (2, 4)]),
+    ("clone", lambda x: x.clone() * x.clone().tanh(), [(3, 4)]),
 ]

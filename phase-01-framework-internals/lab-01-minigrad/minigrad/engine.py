@@ -60,6 +60,8 @@ def _root_gradient(t: Tensor, grad: Any, create_graph: bool) -> Any:
         raise RuntimeError(
             f"mismatch in shape: gradient has shape {g_shape} but the output has shape {t.shape}"
         )
+    if isinstance(grad, Tensor) and grad.dtype != t.dtype:
+        grad = grad.to(t.dtype)  # as torch: the seed is cast to the output's dtype
     if create_graph:
         return grad if isinstance(grad, Tensor) else Tensor._wrap(grad)
     return grad.data if isinstance(grad, Tensor) else grad
@@ -76,8 +78,15 @@ def _accumulate(leaf: Tensor, g: Any, create_graph: bool, copy: bool = False) ->
     """
     if create_graph:
         if not isinstance(g, Tensor):
-            g = Tensor._wrap(g)
-        leaf.grad = g if leaf.grad is None else leaf.grad + g
+            g = Tensor._wrap(np.asarray(g))
+        if leaf.grad is None:
+            # torch clones here too: g may be the caller's seed, another leaf's gradient or
+            # a read-only broadcast view. A recorded copy (in the leaf's dtype) keeps it
+            # differentiable.
+            leaf.grad = g.to(leaf.dtype, copy=True)
+        else:
+            total = leaf.grad + g
+            leaf.grad = total if total.dtype == leaf.dtype else total.to(leaf.dtype)
         return
     if isinstance(g, Tensor):
         g = g.data
@@ -108,10 +117,15 @@ def _call_backward(node: Context, g: Any, create_graph: bool) -> tuple:
     node._check_versions()
     fn = node._fn
     if node._raw:
-        node._graph_mode = create_graph
         if create_graph:
-            with _fn._grad_mode(True):
-                grads = fn.backward(node, g)
+            node._graph_mode = True
+            try:
+                with _fn._grad_mode(True):
+                    grads = fn.backward(node, g)
+            finally:
+                # back to raw arrays: a later first-order backward through this retained
+                # node takes the fast path, which does not set the mode
+                node._graph_mode = False
         else:
             grads = fn.backward(node, g)
     else:
@@ -285,7 +299,7 @@ def _run_first_order(root: Context, seed: np.ndarray, retain_graph: bool) -> Non
 def _free_saved(node: Context) -> None:
     """Drop the saved tensors (and their references) once used; remember that we did, so a
     second backward through this node says to pass retain_graph=True."""
-    node._saved = node._raw_saved = None
+    node._saved = node._raw_saved = node._saved_output = None
     node._saved_versions = ()
     node._freed = True
 

@@ -93,6 +93,8 @@ class Context:
     _saved: tuple | None = None
     _saved_versions: tuple | None = None
     _raw_saved: tuple | None = None
+    # (data, version counter) of the node's own output when forward saved it (see _link)
+    _saved_output: tuple | None = None
     _freed = False
     _graph_mode = False
     _raw = False
@@ -113,6 +115,13 @@ class Context:
         if self._raw and not self._graph_mode:
             # Fast path for primitives: the very arrays forward saved, no Tensor wrapping.
             return self._raw_saved or ()
+        if self._saved_output is not None:
+            # Rebuild the output Tensor (same data, version counter and grad_fn) on demand:
+            # holding the Tensor itself would make a cycle output -> grad_fn -> output.
+            data, vc = self._saved_output
+            out = Tensor._wrap(data, self)
+            out._vc = vc
+            return tuple([out if s is _OUTPUT else s for s in self._saved])
         return self._saved or ()
 
     # The node's interface for the engine and for inspection.
@@ -141,6 +150,19 @@ class Context:
                     f"by an inplace operation: a tensor of shape {t.shape} saved by "
                     f"{self.name()} is at version {t._vc[0]}; expected version {v} instead."
                 )
+
+
+class _SavedOutput:
+    """What ``_saved_versions`` holds for a saved output: its version counter and shape, not
+    the output Tensor (that would be a reference cycle)."""
+
+    __slots__ = ("_vc", "shape")
+
+    def __init__(self, vc: list, shape: tuple) -> None:
+        self._vc, self.shape = vc, shape
+
+
+_OUTPUT = object()  # marks the output's place in ctx._saved
 
 
 class AccumulateGrad:
@@ -239,11 +261,13 @@ def _resolve_saved(raw_saved: tuple, args: tuple, vals: list | None, out: Any, r
             if s is not v:
                 break
         else:
-            return args[: len(raw_saved)]
+            return args[: len(raw_saved)], False
     resolved = []
+    has_output = False
     for s in raw_saved:
         if s is out or s is result:  # ``out`` as forward returned it (maybe a NumPy scalar)
-            resolved.append(result)
+            resolved.append(_OUTPUT)
+            has_output = True
             continue
         if vals is not None:
             for a, v in zip(args, vals, strict=True):
@@ -257,7 +281,7 @@ def _resolve_saved(raw_saved: tuple, args: tuple, vals: list | None, out: Any, r
                 resolved.append(s)
         else:
             resolved.append(s)
-    return tuple(resolved)
+    return tuple(resolved), has_output
 
 
 class Primitive(Function):
@@ -282,7 +306,12 @@ class Primitive(Function):
     def apply(cls, *args: Any) -> Tensor:
         """Function.apply specialised for ndarray forwards: the per-op hot path."""
         ctx = cls._ctx_class()
-        vals = [a.data if isinstance(a, Tensor) else a for a in args]
+        # A NumPy scalar operand (np.float64(2), np.sqrt(4.0)) becomes a Python number: weak,
+        # as in torch, so it does not promote a float32 tensor (NumPy 2 would).
+        vals = [
+            a.data if isinstance(a, Tensor) else a.item() if isinstance(a, np.generic) else a
+            for a in args
+        ]
         record = False
         if _grad_enabled:
             needs = tuple([isinstance(a, Tensor) and a._rg for a in args])
@@ -322,10 +351,14 @@ def _link(ctx: Context, args: tuple, needs: tuple, vals: tuple, out: Any, result
     )
     raw_saved = ctx._raw_saved
     if raw_saved:
-        saved = _resolve_saved(raw_saved, args, vals, out, result)
+        saved, has_output = _resolve_saved(raw_saved, args, vals, out, result)
         ctx._saved = saved
         # (tensor, version at save time) for every saved Tensor, checked at backward.
-        ctx._saved_versions = tuple([(t, t._vc[0]) for t in saved if isinstance(t, Tensor)])
+        versions = [(t, t._vc[0]) for t in saved if isinstance(t, Tensor)]
+        if has_output:  # Exp, Tanh, Softmax, ...: keep the data, not the Tensor
+            ctx._saved_output = (result.data, result._vc)
+            versions.append((_SavedOutput(result._vc, result.shape), result._vc[0]))
+        ctx._saved_versions = tuple(versions)
     result.grad_fn = ctx
     result._rg = True
 

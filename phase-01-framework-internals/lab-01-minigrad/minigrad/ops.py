@@ -71,6 +71,13 @@ def permute(x: Any, axes: tuple[int, ...]) -> Any:
     return Permute.apply(x, axes) if isinstance(x, Tensor) else x.transpose(axes)
 
 
+def cast(x: Any, dtype: Any) -> Any:
+    """``x`` in ``dtype`` (recorded for a Tensor, so create_graph sees through it)."""
+    if x.dtype == dtype:
+        return x
+    return Cast.apply(x, dtype) if isinstance(x, Tensor) else x.astype(dtype)
+
+
 def value(x: Any) -> Any:
     """The raw array (for non-differentiable uses such as masks)."""
     return x.data if isinstance(x, Tensor) else x
@@ -83,9 +90,88 @@ def _shape(x: Any) -> tuple[int, ...]:
 
 
 def _np_softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    # initial=-inf: a size-0 dim has no max, and softmax over it is just empty (as torch)
+    e = np.exp(x - x.max(axis=axis, keepdims=True, initial=-np.inf))
     e /= e.sum(axis=axis, keepdims=True)
     return e
+
+
+# ----------------------------------------------------------------------------- dtypes
+# NumPy 2 and torch promote alike when both operands share a dtype, or one is a Python number
+# and the other a float array: the hot path, which _like_torch only checks. Elsewhere they
+# differ: torch treats a 0-dim tensor as "weak" beside a dimensioned one (float32 * 0-dim
+# float64 stays float32), puts any float above any int (int64 * float32 is float32), and gives
+# float32 where NumPy's default is float64 (int / int, int * 0.5). NumPy scalars (np.float64)
+# arrive here as Python numbers (Primitive.apply converts them), weak as in torch.
+_CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2}
+_DEFAULT = {0: np.dtype(bool), 1: np.dtype(np.int64), 2: np.dtype(np.float32)}
+
+
+def _promote(d1: np.dtype, d2: np.dtype) -> np.dtype:
+    c1, c2 = _CATEGORY[d1.kind], _CATEGORY[d2.kind]
+    if c1 != c2:  # torch: the higher category wins whatever the size (int64 * float16 -> f16)
+        return d1 if c1 > c2 else d2
+    return np.promote_types(d1, d2)
+
+
+def _torch_result_type(a: Any, b: Any, true_div: bool) -> np.dtype:
+    """torch.result_type: promote the dimensioned operands; a 0-dim one, then a Python
+    number, counts only where it raises the category (float over int over bool)."""
+    groups: list[list[np.dtype]] = [[], [], []]  # dimensioned, 0-dim, Python numbers
+    for x in (a, b):
+        if isinstance(x, np.ndarray):
+            groups[0 if x.ndim else 1].append(x.dtype)
+        elif isinstance(x, (bool, int, float)):
+            groups[2].append(_DEFAULT[2 if isinstance(x, float) else int(not isinstance(x, bool))])
+    result = None
+    for group in groups:
+        if not group:
+            continue
+        d = group[0] if len(group) == 1 else _promote(*group)
+        if result is None:
+            result = d
+        elif _CATEGORY[d.kind] > _CATEGORY[result.kind]:
+            result = _promote(result, d)
+    if true_div and result.kind != "f":  # torch's true division of ints gives float32
+        result = _DEFAULT[2]
+    return result
+
+
+def _like_torch(ctx: Any, out: Any, a: Any, b: Any, true_div: bool = False) -> Any:
+    """Cast ``out`` (NumPy's result of a binary op) to torch's result dtype. When that
+    mixes dtypes, remember the inputs' dtypes: each gradient must come back in its own."""
+    dt = out.dtype
+    da = a.dtype if isinstance(a, np.ndarray) else None
+    db = b.dtype if isinstance(b, np.ndarray) else None
+    if (da is None or da == dt) and (db is None or db == dt):  # the hot path: NumPy agrees
+        ctx.in_dtypes = None
+        return out
+    ctx.in_dtypes = (da, db)
+    want = _torch_result_type(a, b, true_div)
+    return out if want == dt else out.astype(want)
+
+
+def _in_dtypes(ctx: Any, ga: Any, gb: Any) -> tuple[Any, Any]:
+    """Each gradient in its input's dtype (only after a mixed-dtype forward)."""
+    da, db = ctx.in_dtypes
+    if ga is not None and da is not None:
+        ga = cast(ga, da)
+    if gb is not None and db is not None:
+        gb = cast(gb, db)
+    return ga, gb
+
+
+class Cast(Primitive):
+    """A copy, possibly in another dtype: ``x.clone()``, ``x.to(dtype)``, ``x.double()``."""
+
+    @staticmethod
+    def forward(ctx, a, dtype):
+        ctx.in_dtype = a.dtype
+        return np.array(a, dtype=dtype, copy=True)
+
+    @staticmethod
+    def backward(ctx, g):
+        return cast(g, ctx.in_dtype), None
 
 
 # ----------------------------------------------------------------------------- elementwise
@@ -95,58 +181,58 @@ class Add(Primitive):
     @staticmethod
     def forward(ctx, a, b):
         ctx.shapes = (_shape(a), _shape(b))
-        return a + b
+        return _like_torch(ctx, a + b, a, b)
 
     @staticmethod
     def backward(ctx, g):
         sa, sb = ctx.shapes
         na, nb = ctx.needs_input_grad
-        return (sum_to(g, sa) if na else None, sum_to(g, sb) if nb else None)
+        ga, gb = (sum_to(g, sa) if na else None, sum_to(g, sb) if nb else None)
+        return _in_dtypes(ctx, ga, gb) if ctx.in_dtypes else (ga, gb)
 
 
 class Sub(Primitive):
     @staticmethod
     def forward(ctx, a, b):
         ctx.shapes = (_shape(a), _shape(b))
-        return a - b
+        return _like_torch(ctx, a - b, a, b)
 
     @staticmethod
     def backward(ctx, g):
         sa, sb = ctx.shapes
         na, nb = ctx.needs_input_grad
-        return (sum_to(g, sa) if na else None, sum_to(-g, sb) if nb else None)
+        ga, gb = (sum_to(g, sa) if na else None, sum_to(-g, sb) if nb else None)
+        return _in_dtypes(ctx, ga, gb) if ctx.in_dtypes else (ga, gb)
 
 
 class Mul(Primitive):
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
-        return a * b
+        return _like_torch(ctx, a * b, a, b)
 
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
         na, nb = ctx.needs_input_grad
-        return (
-            sum_to(g * b, _shape(a)) if na else None,
-            sum_to(g * a, _shape(b)) if nb else None,
-        )
+        ga = sum_to(g * b, _shape(a)) if na else None
+        gb = sum_to(g * a, _shape(b)) if nb else None
+        return _in_dtypes(ctx, ga, gb) if ctx.in_dtypes else (ga, gb)
 
 
 class Div(Primitive):
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
-        return a / b
+        return _like_torch(ctx, a / b, a, b, true_div=True)
 
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
         na, nb = ctx.needs_input_grad
-        return (
-            sum_to(g / b, _shape(a)) if na else None,
-            sum_to(-g * a / (b * b), _shape(b)) if nb else None,
-        )
+        ga = sum_to(g / b, _shape(a)) if na else None
+        gb = sum_to(-g * a / (b * b), _shape(b)) if nb else None
+        return _in_dtypes(ctx, ga, gb) if ctx.in_dtypes else (ga, gb)
 
 
 class Neg(Primitive):
@@ -164,7 +250,7 @@ class Pow(Primitive):
 
     @staticmethod
     def forward(ctx, a, b):
-        out = a**b
+        out = _like_torch(ctx, a**b, a, b)
         ctx.save_for_backward(a, b, out)
         return out
 
@@ -188,8 +274,13 @@ class Pow(Primitive):
             zero_base = (value(a) == 0) & (value(b) >= 0)
             # log(a) at those points is replaced by log(1) = 0
             safe_a = a + zero_base if np.any(zero_base) else a
-            gb = sum_to(g * out * log(safe_a), _shape(b))
-        return ga, gb
+            if isinstance(a, (Tensor, np.ndarray)):
+                log_a = log(safe_a)
+            else:  # a constant base (2 ** x): its log is a constant in the output's dtype,
+                # not a float64 NumPy value that would promote a float32 gradient
+                log_a = np.log(np.asarray(safe_a, dtype=value(out).dtype))
+            gb = sum_to(g * out * log_a, _shape(b))
+        return _in_dtypes(ctx, ga, gb) if ctx.in_dtypes else (ga, gb)
 
 
 class Exp(Primitive):
@@ -362,14 +453,24 @@ class Mean(Primitive):
         return expand(g.reshape(ctx.kept) / ctx.count, ctx.in_shape), None, None
 
 
+def _check_reduced_dims(a: np.ndarray, axis: Any) -> None:
+    """max over a size-0 dim has no value (torch raises too); over other dims of an empty
+    tensor it is just empty, e.g. (0, 3) -> (0,) along dim 1."""
+    if a.size:
+        return
+    axes = range(a.ndim) if axis is None else axis if isinstance(axis, tuple) else (axis,)
+    for d in axes:
+        if a.shape[d] == 0:
+            raise ValueError(f"max: reduction dim {d} has size 0 (input shape {a.shape})")
+
+
 class Max(Primitive):
     """Max over one ``axis`` (or all); the gradient goes to the first arg-max, as in
     torch.max(dim)."""
 
     @staticmethod
     def forward(ctx, a, axis, keepdims):
-        if a.size == 0:
-            raise ValueError("max of an empty tensor")
+        _check_reduced_dims(a, axis)
         ctx.in_shape = a.shape
         ctx.kept = _kept_shape(a.shape, axis)
         if axis is None:
@@ -394,19 +495,22 @@ class AMax(Primitive):
     in torch.amax and torch.max() without dim."""
 
     @staticmethod
-    def forward(ctx, a, axis, keepdims):
-        if a.size == 0:
-            raise ValueError("max of an empty tensor")
+    def forward(ctx, a, axis, keepdims, nan_is_max=False):
+        _check_reduced_dims(a, axis)
         ctx.in_shape = a.shape
         ctx.kept = _kept_shape(a.shape, axis)
         top = a.max(axis=axis, keepdims=True)
         hits = a == top
+        if nan_is_max and np.isnan(top).any():
+            # torch.max() without dim (evenly_distribute_backward) routes the gradient to the
+            # NaN elements; amax leaves it NaN everywhere (NaN == NaN is false: 0 / 0)
+            hits = np.isnan(a)
         ctx.weights = (hits / hits.sum(axis=axis, keepdims=True)).astype(a.dtype, copy=False)
         return top if keepdims else np.squeeze(top, axis=axis)
 
     @staticmethod
     def backward(ctx, g):
-        return expand(g.reshape(ctx.kept), ctx.in_shape) * ctx.weights, None, None
+        return expand(g.reshape(ctx.kept), ctx.in_shape) * ctx.weights, None, None, None
 
 
 # ----------------------------------------------------------------------------- shape ops
@@ -548,8 +652,11 @@ class LogSoftmax(Primitive):
     @staticmethod
     def forward(ctx, a, axis):
         ctx.axis = axis
-        shifted = a - a.max(axis=axis, keepdims=True)
-        out = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+        if a.size == 0:  # nothing to normalise (NumPy's max would have no identity)
+            out = a.copy()
+        else:
+            shifted = a - a.max(axis=axis, keepdims=True)
+            out = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
         ctx.save_for_backward(out)
         return out
 
@@ -594,7 +701,8 @@ class CrossEntropy(Primitive):
         losses = np.log(s[:, 0]) - picked
         e /= s  # now the softmax probabilities, kept for the fast backward
         ctx.probs, ctx.target, ctx.rows = e, target, rows
-        ctx.scale = 1.0 / n if reduction == "mean" else 1.0
+        # the mean of no losses is nan, as in torch (the sum is 0)
+        ctx.scale = (1.0 / n if n else np.nan) if reduction == "mean" else 1.0
         ctx.save_for_backward(logits)
         return losses.sum() * ctx.scale
 

@@ -73,15 +73,17 @@ class Adam(Optimizer):
         self.betas, self.eps, self.weight_decay = betas, eps, weight_decay
         self.m = [np.zeros_like(p.data) for p in self.params]
         self.v = [np.zeros_like(p.data) for p in self.params]
-        self.t = 0
+        # One step count per parameter, as torch: a parameter that first gets a gradient at
+        # step 5 has had one update, so its bias correction is that of step 1.
+        self.steps = [0] * len(self.params)
 
     def step(self) -> None:
-        self.t += 1
         b1, b2 = self.betas
-        c1, c2 = 1 - b1**self.t, 1 - b2**self.t
-        for p, m, v in zip(self.params, self.m, self.v, strict=True):
-            if p.grad is None:
+        for i, (p, m, v) in enumerate(zip(self.params, self.m, self.v, strict=True)):
+            if p.grad is None:  # no gradient: no update and no step counted (torch)
                 continue
+            self.steps[i] += 1
+            c1, c2 = 1 - b1 ** self.steps[i], 1 - b2 ** self.steps[i]
             g = p.grad.data
             if self.weight_decay:
                 g = g + self.weight_decay * p.data

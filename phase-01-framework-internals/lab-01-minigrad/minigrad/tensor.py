@@ -316,13 +316,13 @@ class Tensor:
 
     def amax(self, dim: Any = None, keepdim: bool = False) -> Tensor:
         """As torch.amax: ``dim`` may be a tuple; tied maxima share the gradient evenly."""
-        return ops.AMax.apply(self, _norm_dim(dim, self.ndim), keepdim)
+        return ops.AMax.apply(self, _norm_dim(dim, self.ndim), keepdim, False)
 
     def max(self, dim: int | None = None, keepdim: bool = False) -> Any:
         """As torch: the maximum value (ties share the gradient evenly), or
         ``(values, indices)`` along ``dim`` (the gradient goes to the first arg-max)."""
         if dim is None:
-            return ops.AMax.apply(self, None, False)
+            return ops.AMax.apply(self, None, False, True)  # a NaN is the max, as torch
         axis = _norm_dim(dim, self.ndim)
         values = ops.Max.apply(self, axis, keepdim)
         indices = np.asarray(np.argmax(self.data, axis=axis, keepdims=keepdim))
@@ -383,9 +383,36 @@ class Tensor:
         return self.transpose(-2, -1)
 
     def expand(self, *shape: Any) -> Tensor:
+        """As torch: -1 keeps a dim's size; new dims go in front."""
         if len(shape) == 1 and isinstance(shape[0], Sequence):
             shape = tuple(shape[0])
+        lead = len(shape) - self.ndim
+        if lead < 0:
+            raise ValueError(f"expand: {tuple(shape)} has fewer dims than the tensor {self.shape}")
+        if -1 in shape:
+            if -1 in shape[:lead]:
+                raise ValueError(f"expand: -1 is not allowed in a new leading dim: {shape}")
+            shape = tuple(s if s != -1 else self.shape[i - lead] for i, s in enumerate(shape))
         return ops.BroadcastTo.apply(self, tuple(shape))
+
+    def to(self, dtype: Any, copy: bool = False) -> Tensor:
+        """A recorded cast (the gradient comes back in this tensor's dtype); ``self`` when
+        the dtype already matches, unless ``copy``."""
+        dtype = np.dtype(dtype)
+        if dtype == self.dtype and not copy:
+            return self
+        if dtype.kind != "f":  # as torch: an integer copy is not differentiable
+            return Tensor._wrap(self.data.astype(dtype))
+        return ops.Cast.apply(self, dtype)
+
+    def clone(self) -> Tensor:
+        return ops.Cast.apply(self, self.dtype)
+
+    def float(self) -> Tensor:
+        return self.to(np.float32)
+
+    def double(self) -> Tensor:
+        return self.to(np.float64)
 
 
 def _wrap_dim(dim: int, ndim: int) -> int:
@@ -405,7 +432,7 @@ def _norm_dim(dim: Any, ndim: int) -> Any:
         return None
     if isinstance(dim, Sequence):
         axes = tuple(_wrap_dim(d, ndim) for d in dim)
-        return axes if ndim else None
+        return axes if ndim and axes else None  # dim=() reduces over all dims (torch 2.x)
     axis = _wrap_dim(dim, ndim)
     return axis if ndim else None
 

@@ -33,10 +33,22 @@ class Module:
     def __setattr__(self, name: str, value: Any) -> None:
         if "_parameters" not in self.__dict__:
             raise RuntimeError(f"call Module.__init__() before assigning {name!r}")
+        params, modules = self._parameters, self._modules
         if isinstance(value, Parameter):
-            self._parameters[name] = value
+            modules.pop(name, None)
+            params[name] = value
         elif isinstance(value, Module):
-            self._modules[name] = value
+            params.pop(name, None)
+            modules[name] = value
+        elif name in params or name in modules:
+            if value is not None and name in params and isinstance(value, Tensor):
+                raise TypeError(
+                    f"cannot assign a plain Tensor as parameter {name!r} "
+                    "(Parameter or None expected)"
+                )
+            # as torch: ``lin.bias = None`` (or any other value) unregisters the old one
+            params.pop(name, None)
+            modules.pop(name, None)
         object.__setattr__(self, name, value)
 
     def forward(self, *args: Any) -> Any:
