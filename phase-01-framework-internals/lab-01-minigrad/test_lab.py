@@ -716,5 +716,24 @@ def test_gradcheck_catches_a_wrong_backward():
     assert torch is not None  # torch is the oracle for everything above
 
 
+def test_grad_wrt_a_non_leaf_runs_nothing_beyond_it():
+    # torch.autograd.grad runs only the nodes between the outputs and the inputs: y's own node
+    # (x * 3) is neither run nor freed, so a later backward through it still works.
+    def run(lib, tensor):
+        x = tensor([1.0, 2.0])
+        y = x * 3.0
+        (gy,) = lib.grad((y * y).sum(), y)  # retain_graph=False
+        assert x.grad is None
+        (y * 2.0).sum().backward()
+        return np.asarray(gy.detach().numpy() if lib is torch.autograd else gy.data), x.grad
+
+    gy_mg, xg_mg = run(minigrad, lambda v: minigrad.tensor(np.array(v), requires_grad=True))
+    gy_t, xg_t = run(
+        torch.autograd, lambda v: torch.tensor(v, dtype=torch.float64, requires_grad=True)
+    )
+    np.testing.assert_allclose(gy_mg, gy_t, rtol=1e-12)
+    np.testing.assert_allclose(xg_mg.data, xg_t.numpy(), rtol=1e-12)
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-v"]))

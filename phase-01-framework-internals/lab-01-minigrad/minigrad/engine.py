@@ -154,6 +154,32 @@ def _call_backward(node: Context, g: Any, create_graph: bool) -> tuple:
     return grads
 
 
+def _nodes_leading_to(roots: list[Context], capture: dict[int, Any]) -> set[Context]:
+    """The nodes ``grad()`` must run: those from which a requested input (a leaf tensor, or a
+    non-leaf input's grad_fn, both keyed in ``capture``) is reachable through an edge. Like
+    torch.autograd.grad, no other node runs, so the graph beyond the inputs is neither computed
+    nor freed (a later backward through it still works). Post-order DFS, no recursion."""
+    needed: set[Context] = set()
+    visited: set[Context] = set()
+    stack: list[tuple[Context, bool]] = [(r, False) for r in roots]
+    while stack:
+        node, children_done = stack.pop()
+        if children_done:
+            for nxt in node.next_edges:
+                if nxt is not None and (id(nxt) in capture or nxt in needed):
+                    needed.add(node)
+                    break
+            continue
+        if node in visited:
+            continue
+        visited.add(node)
+        stack.append((node, True))  # evaluated after every child below it on the stack
+        for nxt in node.next_edges:
+            if nxt is not None and not isinstance(nxt, Tensor) and nxt not in visited:
+                stack.append((nxt, False))
+    return needed
+
+
 def _run(
     roots: Sequence[Tensor],
     grads: Sequence[Any],
@@ -175,13 +201,14 @@ def _run(
             buffers[node] = g
             root_nodes.append(node)
     deps = _count_dependencies(root_nodes)
+    needed = None if capture is None else _nodes_leading_to(root_nodes, capture)
     ready = [n for n in root_nodes if deps.get(n, 0) == 0]
     while ready:
         node = ready.pop()
         g = buffers.pop(node, None)
         if g is not None and capture is not None and id(node) in capture:
             capture[id(node)] = g  # the gradient w.r.t. a non-leaf input of autograd.grad
-        if g is not None:
+        if g is not None and (needed is None or node in needed):
             if node._raw and not create_graph:  # the hot path, inlined
                 if node._saved_versions is not None:
                     node._check_versions()
