@@ -32,18 +32,35 @@ def swish_second_derivative(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
 
 
 class SwishFunction(torch.autograd.Function):
-    """y = x · sigmoid(x) with a hand-written backward."""
+    """y = x · sigmoid(x) with a hand-written backward.
+
+    Written in the ``setup_context`` style (forward takes no ctx) with ``generate_vmap_rule``,
+    so it also works under torch.func (grad, vmap, jacrev, hessian), which refuses Functions
+    whose forward takes ctx. To keep s = sigmoid(x) for backward, forward returns it as a
+    second, non-differentiable output; :func:`swish` hands back only y.
+    """
+
+    generate_vmap_rule = True  # forward and backward are plain torch ops: vmap can batch them
 
     @staticmethod
-    def forward(ctx: FunctionCtx, x: torch.Tensor) -> torch.Tensor:
+    def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         s = torch.sigmoid(x)
+        return x * s, s
+
+    @staticmethod
+    def setup_context(ctx: FunctionCtx, inputs: tuple, output: tuple) -> None:
+        (x,) = inputs
+        _, s = output
+        ctx.mark_non_differentiable(s)
         # Save s so backward does not pay for a second sigmoid; save_for_backward (rather than
         # ctx.s = s) lets autograd detect in-place modification of x before backward runs.
         ctx.save_for_backward(x, s)
-        return x * s
+        ctx.save_for_forward(x, s)  # for jvp (forward mode: torch.func.jacfwd, hessian)
 
     @staticmethod
-    def backward(ctx: FunctionCtx, grad_output: torch.Tensor) -> torch.Tensor | None:
+    def backward(
+        ctx: FunctionCtx, grad_output: torch.Tensor, _grad_s: torch.Tensor | None
+    ) -> torch.Tensor | None:
         if not ctx.needs_input_grad[0]:
             return None
         x, s = ctx.saved_tensors
@@ -51,36 +68,62 @@ class SwishFunction(torch.autograd.Function):
         # backward knows the true second derivative.
         return SwishGrad.apply(grad_output, x, s)
 
+    @staticmethod
+    def jvp(ctx: FunctionCtx, x_tangent: torch.Tensor) -> tuple[torch.Tensor, None]:
+        x, s = ctx.saved_tensors
+        return swish_derivative(x, s) * x_tangent, None  # s is marked non-differentiable
+
 
 class SwishGrad(torch.autograd.Function):
     """grad_input = grad_output · dy/dx, differentiable in grad_output and x (double backward)."""
 
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(
-        ctx: FunctionCtx, grad_output: torch.Tensor, x: torch.Tensor, s: torch.Tensor
-    ) -> torch.Tensor:
-        dydx = swish_derivative(x, s)
-        ctx.save_for_backward(grad_output, x, s, dydx)
-        return grad_output * dydx
+    def forward(grad_output: torch.Tensor, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return grad_output * swish_derivative(x, s)
+
+    @staticmethod
+    def setup_context(ctx: FunctionCtx, inputs: tuple, output: torch.Tensor) -> None:
+        grad_output, x, s = inputs
+        ctx.save_for_backward(grad_output, x, s)
+        ctx.save_for_forward(grad_output, x, s)
 
     @staticmethod
     def backward(
         ctx: FunctionCtx, grad_grad_input: torch.Tensor
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
-        grad_output, x, s, dydx = ctx.saved_tensors
+        grad_output, x, s = ctx.saved_tensors
         if torch.is_grad_enabled():
             # create_graph=True: a third derivative will differentiate what we return, and the
-            # saved s and dydx are constants to autograd. Rebuild them from x with recorded ops
-            # so every higher order is exact (the first backward still reuses the saved s).
+            # saved s is a constant to autograd. Rebuild it from x with a recorded op so every
+            # higher order is exact (the first backward still reuses the saved s).
             s = torch.sigmoid(x)
-            dydx = swish_derivative(x, s)
-        grad_wrt_grad_output = grad_grad_input * dydx if ctx.needs_input_grad[0] else None
+        grad_wrt_grad_output = (
+            grad_grad_input * swish_derivative(x, s) if ctx.needs_input_grad[0] else None
+        )
         grad_wrt_x = (
             grad_grad_input * grad_output * swish_second_derivative(x, s)
             if ctx.needs_input_grad[1]
             else None
         )
         return grad_wrt_grad_output, grad_wrt_x, None
+
+    @staticmethod
+    def jvp(
+        ctx: FunctionCtx,
+        grad_output_tangent: torch.Tensor | None,
+        x_tangent: torch.Tensor | None,
+        _s_tangent: torch.Tensor | None,
+    ) -> torch.Tensor:
+        # d[g · y'(x)] = dg · y'(x) + g · y''(x) · dx; s follows x, as in backward.
+        grad_output, x, s = ctx.saved_tensors
+        out = torch.zeros_like(grad_output)
+        if grad_output_tangent is not None:
+            out = out + grad_output_tangent * swish_derivative(x, s)
+        if x_tangent is not None:
+            out = out + grad_output * swish_second_derivative(x, s) * x_tangent
+        return out
 
 
 def swish(x: torch.Tensor) -> torch.Tensor:
@@ -89,7 +132,8 @@ def swish(x: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"swish expects a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise TypeError(f"swish needs a floating-point tensor, got dtype {x.dtype}")
-    return SwishFunction.apply(x)
+    y, _ = SwishFunction.apply(x)
+    return y
 
 
 class Swish(nn.Module):

@@ -102,7 +102,39 @@ def test_bad_input_is_refused_clearly():
 
 def test_function_apply_is_the_same_as_the_helper():
     x = _double([0.1, 0.2])
-    torch.testing.assert_close(SwishFunction.apply(x), swish(x))
+    y, s = SwishFunction.apply(x)  # s = sigmoid(x), the non-differentiable saved output
+    torch.testing.assert_close(y, swish(x))
+    torch.testing.assert_close(s, torch.sigmoid(x))
+    assert not s.requires_grad
+
+
+# torch.func's forward-mode rules call torch.jit.script internally, which warns in torch 2.13.
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:DeprecationWarning")
+def test_torch_func_transforms_match_silu():
+    # setup_context style + generate_vmap_rule + jvp: grad, vmap, jacrev, jacfwd and hessian
+    # (forward-over-reverse) all work and agree with F.silu.
+    silu = torch.nn.functional.silu
+    x = torch.randn(6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    batch = torch.randn(4, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+    def ours(t):
+        return swish(t).sum()
+
+    def ref(t):
+        return silu(t).sum()
+
+    cases = [
+        (torch.func.grad, x),
+        (torch.func.hessian, x),
+        (lambda f: torch.func.jacrev(torch.func.jacrev(f)), x),
+        (lambda f: torch.func.vmap(torch.func.grad(f)), batch),
+    ]
+    for transform, arg in cases:
+        torch.testing.assert_close(
+            transform(ours)(arg), transform(ref)(arg), rtol=1e-12, atol=1e-12
+        )
+    torch.testing.assert_close(torch.func.vmap(swish)(batch), silu(batch), rtol=0, atol=1e-15)
+    torch.testing.assert_close(torch.func.jacfwd(swish)(x), torch.func.jacfwd(silu)(x))
 
 
 # ------------------------------------------------------------------------------- minigrad
