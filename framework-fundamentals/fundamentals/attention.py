@@ -22,20 +22,31 @@ from torch.autograd.function import FunctionCtx
 
 
 class FusedAttention(torch.autograd.Function):
+    # setup_context style (forward takes no ctx) + generate_vmap_rule: torch.func.grad, vmap
+    # and jacrev work too. lse, needed by backward, is returned as a second, non-differentiable
+    # output; fused_attention() hands back only out. (No jvp: jacfwd/hessian are not supported.)
+    generate_vmap_rule = True
+
     @staticmethod
     def forward(
-        ctx: FunctionCtx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
-    ) -> torch.Tensor:
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         scores = (q @ k.transpose(-2, -1)) * scale
         lse = torch.logsumexp(scores, dim=-1, keepdim=True)  # stable: subtracts the row max
         out = torch.exp(scores - lse) @ v
+        return out, lse
+
+    @staticmethod
+    def setup_context(ctx: FunctionCtx, inputs: tuple, output: tuple) -> None:
+        q, k, v, scale = inputs
+        out, lse = output
+        ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(q, k, v, out, lse)  # no n × n tensor kept
         ctx.scale = scale
-        return out
 
     @staticmethod
     def backward(
-        ctx: FunctionCtx, grad_out: torch.Tensor
+        ctx: FunctionCtx, grad_out: torch.Tensor, _grad_lse: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None]:
         q, k, v, out, lse = ctx.saved_tensors
         scale = ctx.scale
@@ -82,4 +93,5 @@ def fused_attention(
         raise ValueError(f"k and v need the same sequence length, got {k.shape} and {v.shape}")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
-    return FusedAttention.apply(q, k, v, scale)
+    out, _ = FusedAttention.apply(q, k, v, scale)
+    return out
