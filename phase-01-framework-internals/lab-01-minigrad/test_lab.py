@@ -434,6 +434,8 @@ def test_optimizers_skip_none_grads_and_count_adam_steps_per_parameter():
             np.testing.assert_allclose(ours, theirs, rtol=1e-12, err_msg=name)
 
 
+# torch warns that backward(create_graph=True) makes a parameter <-> grad cycle: known, intended.
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True:UserWarning")
 def test_create_graph_gives_each_leaf_its_own_grad():
     """Add hands one gradient to both inputs, and a leaf used as the root gets the seed:
     under create_graph too, each .grad must be a private, writeable copy (as torch clones),

@@ -505,7 +505,9 @@ class AMax(Primitive):
             # torch.max() without dim (evenly_distribute_backward) routes the gradient to the
             # NaN elements; amax leaves it NaN everywhere (NaN == NaN is false: 0 / 0)
             hits = np.isnan(a)
-        ctx.weights = (hits / hits.sum(axis=axis, keepdims=True)).astype(a.dtype, copy=False)
+        with np.errstate(invalid="ignore"):  # 0 / 0 -> NaN on purpose (amax of a NaN row)
+            weights = hits / hits.sum(axis=axis, keepdims=True)
+        ctx.weights = weights.astype(a.dtype, copy=False)
         return top if keepdims else np.squeeze(top, axis=axis)
 
     @staticmethod
