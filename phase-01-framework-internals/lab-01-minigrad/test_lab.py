@@ -484,18 +484,7 @@ def test_max_without_dim_routes_the_gradient_to_nan_like_torch():
 def test_fused_attention_broadcast_and_empty_like_torch(shapes):
     from minigrad.attention import scaled_dot_product_attention
 
-    rng = np.random.default_rng(4)
-    arrays = [rng.standard_normal(s) for s in shapes]
-    ours = [minigrad.Tensor(a.copy(), requires_grad=True) for a in arrays]
-    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
-    out = scaled_dot_product_attention(*ours)
-    ref = torch.nn.functional.scaled_dot_product_attention(*theirs)
-    upstream = rng.standard_normal(ref.shape)
-    out.backward(upstream)
-    ref.backward(torch.from_numpy(upstream))
-    assert relative_error(out.data, ref.detach().numpy()) < TOL
-    for m, t in zip(ours, theirs, strict=True):
-        assert relative_error(m.grad.data, t.grad.numpy()) < TOL
+    arrays, _ = _attention_matches_torch(shapes, seed=4)
     if all(0 not in s for s in shapes):
         xs = [minigrad.Tensor(a[..., :2, :], requires_grad=True) for a in arrays]
         assert minigrad.gradgradcheck(scaled_dot_product_attention, xs)
@@ -665,11 +654,13 @@ def test_gradgradcheck(fn, shapes):
     assert minigrad.gradgradcheck(fn, xs)
 
 
-def test_fused_attention_custom_backward_matches_torch():
+def _attention_matches_torch(shapes, seed):
+    """minigrad's fused attention against torch's SDPA on the same float64 inputs: output and
+    every input's gradient within TOL. Returns the input arrays and minigrad's output."""
     from minigrad.attention import scaled_dot_product_attention
 
-    rng = np.random.default_rng(3)
-    arrays = [rng.standard_normal(s) for s in [(2, 5, 4), (2, 6, 4), (2, 6, 3)]]
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(s) for s in shapes]
     ours = [minigrad.Tensor(a.copy(), requires_grad=True) for a in arrays]
     theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
     out = scaled_dot_product_attention(*ours)
@@ -677,10 +668,18 @@ def test_fused_attention_custom_backward_matches_torch():
     upstream = rng.standard_normal(ref.shape)
     out.backward(upstream)
     ref.backward(torch.from_numpy(upstream))
-    assert type(out.grad_fn).__name__ == "FusedAttentionBackward"  # one node, not six
     assert relative_error(out.data, ref.detach().numpy()) < TOL
     for m, t in zip(ours, theirs, strict=True):
         assert relative_error(m.grad.data, t.grad.numpy()) < TOL
+    return arrays, out
+
+
+def test_fused_attention_custom_backward_matches_torch():
+    from minigrad.attention import scaled_dot_product_attention
+
+    _, out = _attention_matches_torch([(2, 5, 4), (2, 6, 4), (2, 6, 3)], seed=3)
+    assert type(out.grad_fn).__name__ == "FusedAttentionBackward"  # one node, not six
+    rng = np.random.default_rng(3)
     small = [minigrad.Tensor(rng.standard_normal(s), requires_grad=True) for s in [(3, 2)] * 3]
     assert minigrad.gradcheck(scaled_dot_product_attention, small)
     assert minigrad.gradgradcheck(scaled_dot_product_attention, small)
