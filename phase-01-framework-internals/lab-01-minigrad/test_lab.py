@@ -558,7 +558,9 @@ def test_assigning_none_unregisters_a_parameter():
     ref.bias = None
     assert [n for n, _ in lin.named_parameters()] == [n for n, _ in ref.named_parameters()]
     assert list(lin.state_dict()) == list(ref.state_dict())
-    np.testing.assert_array_equal(lin(minigrad.tensor(np.ones((1, 3)))).data.shape, (1, 2))
+    np.testing.assert_array_equal(
+        lin(minigrad.tensor(np.ones((1, 3), np.float32))).data.shape, (1, 2)
+    )
     with pytest.raises(TypeError, match="Parameter or None expected"):
         lin.weight = minigrad.tensor(np.ones((2, 3)))
 
@@ -734,6 +736,19 @@ def test_grad_wrt_a_non_leaf_runs_nothing_beyond_it():
     )
     np.testing.assert_allclose(gy_mg, gy_t, rtol=1e-12)
     np.testing.assert_allclose(xg_mg.data, xg_t.numpy(), rtol=1e-12)
+
+
+def test_matmul_refuses_mixed_dtypes_like_torch():
+    a32 = np.ones((2, 3), np.float32)
+    b64 = np.ones((3, 2))
+    with pytest.raises(RuntimeError, match="same dtype"):
+        torch.from_numpy(a32) @ torch.from_numpy(b64)
+    with pytest.raises(RuntimeError, match="same dtype, but got: float32 != float64"):
+        minigrad.tensor(a32, requires_grad=True) @ minigrad.tensor(b64)
+    layer = minigrad.nn.Linear(3, 2)  # float32 weights, as torch.nn.Linear
+    with pytest.raises(RuntimeError, match="same dtype"):
+        layer(minigrad.tensor(np.ones((1, 3))))  # a float64 input
+    assert layer(minigrad.tensor(a32[:1])).dtype == np.float32
 
 
 if __name__ == "__main__":

@@ -362,6 +362,11 @@ class MatMul(Primitive):
     def forward(ctx, a, b):
         if np.ndim(a) == 0 or np.ndim(b) == 0:
             raise ValueError("matmul needs operands with at least 1 dim (use * for scalars)")
+        # torch refuses mixed dtypes too, rather than promoting a float32 model to float64
+        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype != b.dtype:
+            raise RuntimeError(
+                f"expected m1 and m2 to have the same dtype, but got: {a.dtype} != {b.dtype}"
+            )
         ctx.save_for_backward(a, b)
         return a @ b
 
@@ -395,6 +400,11 @@ class Linear(Primitive):
             raise ValueError(
                 f"linear: input of shape {x.shape} does not fit weight of shape "
                 f"{weight.shape} (expects (..., {weight.shape[-1]}))"
+            )
+        if isinstance(x, np.ndarray) and x.dtype != weight.dtype:  # as torch: no promotion
+            raise RuntimeError(
+                f"linear: input and weight must have the same dtype, got {x.dtype} and "
+                f"{weight.dtype}"
             )
         ctx.save_for_backward(x, weight)
         out = x @ weight.T
