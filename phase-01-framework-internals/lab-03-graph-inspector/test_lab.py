@@ -370,6 +370,21 @@ def test_cond_and_while_bodies_are_listed_but_not_totalled():
     assert "inside If branches / While bodies" in report.summary()
 
 
+def test_switch_case_branches_are_listed_but_not_totalled():
+    @tf.function
+    def f(x, i):
+        return tf.switch_case(i, [lambda: tf.nn.relu(x), lambda: tf.tanh(x), lambda: tf.exp(x)])
+
+    report = trace_and_inspect(f, tf.TensorSpec([4], tf.float32), tf.TensorSpec([], tf.int32))
+    case = next(n for n in report.nodes if n.op in ("Case", "StatelessCase"))
+    for index, op in enumerate(("Relu", "Tanh", "Exp")):
+        node = node_of(report, op)
+        assert node.inside == f"{case.name}/branches/{index}", (op, node.inside)
+        assert node.inputs == ("x:0",)  # wired to the operand, not the branch's placeholder
+    assert [n.op for n in report.uncostable] == [case.op]
+    assert report.total_flops == 0  # nothing outside the branches does arithmetic
+
+
 def test_json_dot_tensorboard_and_drawing(tmp_path):
     report = trace_and_inspect(
         lambda x: tf.nn.relu(tf.matmul(x, tf.ones([3, 3]))), tf.TensorSpec([2, 3], tf.float32)

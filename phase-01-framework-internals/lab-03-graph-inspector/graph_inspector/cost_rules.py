@@ -286,6 +286,8 @@ _NO_RULE_REASONS = {
     "ops listed after it)",
     "If": "control flow: cost depends on which branch runs (branch ops listed after it)",
     "StatelessIf": "control flow: cost depends on which branch runs (branch ops listed after it)",
+    "Case": "control flow: cost depends on which branch runs (branch ops listed after it)",
+    "StatelessCase": "control flow: cost depends on which branch runs (branch ops listed after it)",
     "PartitionedCall": "function call whose body is not available to expand",
     "StatefulPartitionedCall": "function call whose body is not available to expand",
 }

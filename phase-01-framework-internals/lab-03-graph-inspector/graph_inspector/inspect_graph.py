@@ -8,9 +8,10 @@ inlined under the call's name, its placeholders are wired to the call's inputs a
 outputs to the callee's results — so the report shows the ops that run, not one opaque call.
 
 Control flow (``tf.cond`` -> ``If``/``StatelessIf``, ``tf.while_loop`` -> ``While``/
-``StatelessWhile``) is listed the same way: the node itself (not costed), then the ops of each
-branch / of the loop's cond and body, named under it (``cond/then_branch/Relu``) and marked
-with :attr:`Node.inside`. They count in the node list and the op histogram but not in the cost
+``StatelessWhile``, ``tf.switch_case`` -> ``Case``/``StatelessCase``) is listed the same way:
+the node itself (not costed), then the ops of each branch / of the loop's cond and body, named
+under it (``cond/then_branch/Relu``, ``switch_case/branches/1/Tanh``) and marked with
+:attr:`Node.inside`. They count in the node list and the op histogram but not in the cost
 totals: only one branch runs, and a loop body runs a number of times known only at run time.
 """
 
@@ -51,6 +52,9 @@ _CONTROL_FLOW_OPS = {
     "StatelessIf": (("then_branch", "else_branch"), 1),
     "While": (("cond", "body"), 0),
     "StatelessWhile": (("cond", "body"), 0),
+    # tf.switch_case: a list of branch functions, listed as branches/0, branches/1, ...
+    "Case": (("branches",), 1),
+    "StatelessCase": (("branches",), 1),
 }
 
 
@@ -500,14 +504,26 @@ class _Walker:
         their parameters are wired to the op's inputs (for a loop: the initial values)."""
         attrs, skip = _CONTROL_FLOW_OPS[op.type]
         for attr in attrs:
-            body = _find_function_graph(op, graph_stack, attr)
-            if body is None or len(body.inputs) != len(inputs) - skip:
-                continue  # body not found: the node stays listed alone, as before
-            body_prefix = f"{name}/{attr}/"
-            aliases = {
-                body_prefix + p.name: src for p, src in zip(body.inputs, inputs[skip:], strict=True)
-            }
-            self.walk(body, body_prefix, aliases, [*graph_stack, body], f"{name}/{attr}")
+            try:
+                value = op.get_attr(attr)
+            except ValueError:
+                continue
+            # One function (If, While) or a list of them (Case's branches).
+            functions = (
+                [(f"{attr}/{i}", f.name) for i, f in enumerate(value)]
+                if isinstance(value, list)
+                else [(attr, value.name)]
+            )
+            for label, fname in functions:
+                body = _function_graph(fname, graph_stack)
+                if body is None or len(body.inputs) != len(inputs) - skip:
+                    continue  # body not found: the node stays listed alone, as before
+                body_prefix = f"{name}/{label}/"
+                aliases = {
+                    body_prefix + p.name: src
+                    for p, src in zip(body.inputs, inputs[skip:], strict=True)
+                }
+                self.walk(body, body_prefix, aliases, [*graph_stack, body], f"{name}/{label}")
 
 
 def _attr_getter(op: Any) -> Callable[[str], Any]:
@@ -525,6 +541,10 @@ def _find_function_graph(op: Any, graph_stack: list[Any], attr: str = "f") -> An
         fname = op.get_attr(attr).name
     except ValueError:
         return None
+    return _function_graph(fname, graph_stack)
+
+
+def _function_graph(fname: str, graph_stack: list[Any]) -> Any | None:
     for g in reversed(graph_stack):
         fn = getattr(g, "_functions", {}).get(fname)
         if fn is not None and getattr(fn, "graph", None) is not None:
