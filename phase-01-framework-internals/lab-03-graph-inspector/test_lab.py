@@ -774,6 +774,18 @@ def test_load_hf_bert_names_a_corrupt_file(tmp_path):
         load_hf_bert(tmp_path / "ckpt")
 
 
+def test_bert_config_names_a_wrongly_typed_field(tmp_path):
+    # Regression: a string where an int belongs surfaced as a Keras error inside a layer.
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "bert", "type_vocab_size": "two"}))
+    with pytest.raises(ValueError, match=r"config.json: BertConfig.type_vocab_size must be an int"):
+        BertConfig.from_hf_json(path)
+    path.write_text(json.dumps({"model_type": "bert", "pad_token_id": None, "hidden_size": 64}))
+    assert BertConfig.from_hf_json(path).pad_token_id is None  # null is valid in HF configs
+    with pytest.raises(TypeError, match="num_attention_heads must be an integer"):
+        BertConfig(num_attention_heads=2.0)
+
+
 def test_tokenizer_rejects_mismatched_pairs():
     tokenizer = BertTokenizer(minilm_checkpoint_dir(), max_length=16)
     with pytest.raises(ValueError, match="2 first sentences but 1 second"):

@@ -44,9 +44,29 @@ class BertConfig:
     hidden_dropout_prob: float = 0.1
     attention_probs_dropout_prob: float = 0.1
     initializer_range: float = 0.02
-    pad_token_id: int = 0
+    pad_token_id: int | None = 0  # recorded only; some Hugging Face configs say null
 
     def __post_init__(self) -> None:
+        # Types first: a JSON string where an int belongs would otherwise surface as a Keras
+        # error deep inside layer construction.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None and "None" in str(f.type):
+                continue
+            want_int = str(f.type).startswith("int")
+            ok = (
+                isinstance(value, int) and not isinstance(value, bool)
+                if want_int
+                else isinstance(value, int | float) and not isinstance(value, bool)
+            )
+            if not ok:
+                raise TypeError(
+                    f"BertConfig.{f.name} must be {'an integer' if want_int else 'a number'}, "
+                    f"got {value!r}"
+                )
+        for name in ("num_attention_heads", "max_position_embeddings", "type_vocab_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"BertConfig.{name} must be positive, got {getattr(self, name)}")
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not a multiple of "
@@ -75,7 +95,10 @@ class BertConfig:
         if raw.get("position_embedding_type", "absolute") != "absolute":
             raise ValueError(f"{path}: only absolute position embeddings are implemented")
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in known})
+        try:
+            return cls(**{k: v for k, v in raw.items() if k in known})
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: {exc}") from None
 
     @classmethod
     def from_tokenizer(cls, tokenizer: BertTokenizer, **overrides: object) -> BertConfig:
