@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import platform
+import shutil
 import sys
 import time
 import traceback
@@ -65,27 +66,88 @@ SECTIONS: list[tuple[str, str, str, Path | None]] = [
 ]
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    return path.is_relative_to(folder)
+
+
+def localise_images(section: Section, report_dir: Path, out_dir: Path) -> None:
+    """Copy every image that resolves outside the report folder into ``out_dir``.
+
+    The report must be self-contained: an image elsewhere on disk (or a link in the report
+    folder that points elsewhere) would break once the folder is moved, so its file is copied
+    in and the section points at the copy. A missing image is left for the existence check.
+    """
+    report_dir = report_dir.resolve()
+    for img in section.images:
+        path = Path(img.path)
+        if not path.is_file() or _inside(path.resolve(), report_dir):
+            continue
+        source = path.resolve()
+        if path.is_symlink() and _inside(path.absolute().parent.resolve(), report_dir):
+            path.unlink()  # a link inside the report: replace it with the file it points at
+            dest = path.absolute()
+        else:
+            dest = out_dir / path.name
+            n = 1
+            while dest.exists():
+                dest = out_dir / f"{path.stem}-{n}{path.suffix}"
+                n += 1
+        shutil.copyfile(source, dest)
+        img.path = dest
+
+
+def _failed_section(title: str, exc: BaseException) -> Section:
+    last = traceback.format_exception_only(exc)[-1].strip()
+    section = Section(title=title, checks=[Check("section ran to completion", False, last)])
+    section.texts.append(("traceback", "".join(traceback.format_exception(exc))))
+    return section
+
+
 def run_section(
     title: str, module: str, extra_path: Path | None, out_dir: Path, quick: bool
 ) -> Section:
-    """Run one lab; an exception becomes a failed check with its cause, never a missing section."""
+    """Run one lab; any failure becomes a failed check with its cause, never a missing section.
+
+    "Any" includes ``SystemExit`` and other ``BaseException`` subclasses (only Ctrl-C stops
+    the run), a builder that returns something other than a :class:`Section`, and a section the
+    renderers cannot draw: each is tried here so one lab cannot lose the others' report.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     if extra_path is not None and str(extra_path) not in sys.path:
         sys.path.insert(0, str(extra_path))
+    report_dir = out_dir.parent
     start = time.perf_counter()
     try:
         section = importlib.import_module(module).build_section(out_dir, quick)
-    except Exception as exc:  # the report must show the failure, not lose the section
-        last = traceback.format_exception_only(exc)[-1].strip()
-        section = Section(title=title, checks=[Check("section ran to completion", False, last)])
-        section.texts.append(("traceback", traceback.format_exc()))
-    section.title = title
-    section.checks.extend(nan_table_checks(section))
-    for img in section.images:
-        if not Path(img.path).is_file():
-            section.checks.append(Check(f"image exists: {Path(img.path).name}", False, "missing"))
+        if not isinstance(section, Section):
+            raise TypeError(f"build_section returned {type(section).__name__}, not a Section")
+        section.title = title
+        localise_images(section, report_dir, out_dir)
+        section.checks.extend(nan_table_checks(section))
+        for img in section.images:
+            if not Path(img.path).is_file():
+                section.checks.append(
+                    Check(f"image exists: {Path(img.path).name}", False, "missing")
+                )
+        render_html([section], report_dir, title, "")  # it must render: fail here, not later
+        render_markdown([section], report_dir, title, "")
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the report must show the failure, not lose the section
+        section = _failed_section(title, exc)
     section.checks.append(Check("section wall time", True, f"{time.perf_counter() - start:.1f} s"))
     return section
+
+
+def parse_only(only: str) -> list[str]:
+    """The section keys named by ``--only`` (spaces around keys ignored); raises on unknown."""
+    keys = [k.strip() for k in only.split(",") if k.strip()]
+    valid = [s[0] for s in SECTIONS]
+    unknown = [k for k in keys if k not in valid]
+    if unknown or (only.strip() and not keys):
+        named = ", ".join(unknown) if unknown else repr(only)
+        raise ValueError(f"--only: unknown section key(s) {named}; valid keys: {', '.join(valid)}")
+    return keys
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,10 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated section keys to run")
     args = parser.parse_args(argv)
 
+    try:
+        only = parse_only(args.only)
+    except ValueError as exc:  # before anything runs: a typo must not skip a lab silently
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
     console = Console()
-    chosen = [s for s in SECTIONS if not args.only or s[0] in args.only.split(",")]
-    if not chosen:
-        parser.error(f"--only matched no section; keys are {', '.join(s[0] for s in SECTIONS)}")
+    chosen = [s for s in SECTIONS if not only or s[0] in only]
     report_dir: Path = args.out.resolve()
     report_dir.mkdir(parents=True, exist_ok=True)
 

@@ -11,8 +11,14 @@ the fast variant used by the report's own test. Every figure must be measured in
 
 from __future__ import annotations
 
+import cmath
+import html
 import math
+import numbers
+import os
+import re
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -47,7 +53,50 @@ class Table:
     rows: list[list[object]]
 
     def has_nan(self) -> bool:
-        return any(isinstance(v, float) and math.isnan(v) for row in self.rows for v in row)
+        """Whether any cell is not a finite number: NaN or ±inf of any numeric type (Python,
+        NumPy scalar, 0-d array), or the text "nan", "inf" or "-inf" in any case."""
+        return any(is_non_finite(v) for row in self.rows for v in row)
+
+
+_NON_FINITE_TEXT = {
+    "nan",
+    "+nan",
+    "-nan",
+    "inf",
+    "+inf",
+    "-inf",
+    "infinity",
+    "+infinity",
+    "-infinity",
+}
+
+
+def is_non_finite(value: object) -> bool:
+    """True for NaN and ±inf in any numeric form, and for their spellings as text."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, str | bytes):
+        text = value.decode(errors="replace") if isinstance(value, bytes) else value
+        return text.strip().lower() in _NON_FINITE_TEXT
+    if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
+        try:
+            return not cmath.isfinite(complex(value))
+        except (TypeError, ValueError, OverflowError):
+            return False
+    tolist = getattr(value, "tolist", None)  # NumPy scalars and arrays (any shape)
+    if callable(tolist) and not isinstance(value, numbers.Number | list | tuple):
+        try:
+            items = tolist()
+        except Exception:
+            items = None
+        if items is not None and items is not value:
+            return is_non_finite(items)
+    if isinstance(value, list | tuple):
+        return any(is_non_finite(v) for v in value)
+    try:
+        return not math.isfinite(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 @dataclass
@@ -99,17 +148,15 @@ def format_value(value: object) -> str:
 
 
 def nan_table_checks(section: Section) -> list[Check]:
-    """A table holding NaN is a failure the report must show, not a number to print."""
+    """A table holding NaN or inf is a failure the report must show, not a number to print."""
     return [
-        Check(f"table '{t.title}' has no NaN", False, "NaN found")
+        Check(f"table '{t.title}' has no NaN", False, "NaN or inf found")
         for t in section.tables
         if t.has_nan()
     ]
 
 
 def _esc(text: object) -> str:
-    import html
-
     return html.escape(str(text))
 
 
@@ -175,7 +222,7 @@ def render_html(sections: list[Section], report_dir: Path, title: str, meta: str
                 out.append(f"<tr>{cells}</tr>")
             out.append("</table>")
         for img in s.images:
-            rel = Path(img.path).resolve().relative_to(report_dir.resolve()).as_posix()
+            rel = image_href(img.path, report_dir)
             out.append(
                 f"<figure><img src='{_esc(rel)}' alt='{_esc(img.caption)}'>"
                 f"<figcaption>{_esc(img.caption)}</figcaption></figure>"
@@ -186,13 +233,42 @@ def render_html(sections: list[Section], report_dir: Path, title: str, meta: str
     return "\n".join(out)
 
 
+def _md(text: object) -> str:
+    """Text for Markdown that GitHub would otherwise read as HTML: escape &, < and >."""
+    return html.escape(str(text), quote=False)
+
+
+def _fence(body: str) -> str:
+    """A backtick fence longer than any run of backticks in ``body``, so it cannot close early."""
+    longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def image_href(path: Path | str, report_dir: Path) -> str:
+    """The URL of an image as seen from the report folder, percent-encoded.
+
+    A file inside the report folder (directly, or through a link placed there) gets a relative
+    URL; anything else, which ``tools/run_demo.py`` copies in first, falls back to a file: URL
+    rather than failing the whole report.
+    """
+    path = Path(path)
+    report_dir = Path(report_dir)
+    for candidate, base in (
+        (path.resolve(), report_dir.resolve()),
+        (Path(os.path.abspath(path)), Path(os.path.abspath(report_dir))),
+    ):
+        if candidate.is_relative_to(base):
+            return urllib.parse.quote(candidate.relative_to(base).as_posix())
+    return path.resolve().as_uri()
+
+
 def render_markdown(sections: list[Section], report_dir: Path, title: str, meta: str) -> str:
     def cell(v: object) -> str:
-        return format_value(v).replace("|", "\\|").replace("\n", " ")
+        return _md(format_value(v)).replace("|", "\\|").replace("\n", " ")
 
-    lines = [f"# {title}", "", meta, ""]
+    lines = [f"# {_md(title)}", "", _md(meta), ""]
     for s in sections:
-        lines += [f"## {s.title} — {'pass' if s.passed else 'FAIL'}", ""]
+        lines += [f"## {_md(s.title)} — {'pass' if s.passed else 'FAIL'}", ""]
         lines += ["| check | result | measured |", "|---|---|---|"]
         lines += [
             f"| {cell(c.name)} | {c.status if c.passed or c.benchmark else '**FAIL**'} "
@@ -201,15 +277,16 @@ def render_markdown(sections: list[Section], report_dir: Path, title: str, meta:
         ]
         lines.append("")
         for t in s.tables:
-            lines += [f"**{t.title}**", "", "| " + " | ".join(map(cell, t.columns)) + " |"]
+            lines += [f"**{cell(t.title)}**", "", "| " + " | ".join(map(cell, t.columns)) + " |"]
             lines.append("|" + "---|" * len(t.columns))
             lines += ["| " + " | ".join(map(cell, row)) + " |" for row in t.rows]
             lines.append("")
         for img in s.images:
-            rel = Path(img.path).resolve().relative_to(report_dir.resolve()).as_posix()
-            lines += [f"![{img.caption}]({rel})", ""]
+            alt = re.sub(r"([\\\[\]])", r"\\\1", _md(img.caption).replace("\n", " "))
+            lines += [f"![{alt}]({image_href(img.path, report_dir)})", ""]
         for heading, body in s.texts:
-            lines += [f"**{heading}**", "", "```", body, "```", ""]
+            fence = _fence(body)
+            lines += [f"**{cell(heading)}**", "", fence, body, fence, ""]
     return "\n".join(lines)
 
 
