@@ -139,6 +139,38 @@ def test_retrace_monitor_stores_the_generalized_trace_of_reduce_retracing():
     assert "reduce_retracing is on" in shape_fix and "use tf.function(" not in shape_fix
 
 
+def test_saving_retrace_is_explained_by_the_call_context(tmp_path):
+    # Regression: Keras's ExportArchive (tf.saved_model.save) traces a model's tf.function call
+    # again with the same arguments; the monitor said "unexplained". TF keys traces by the
+    # call context too, and saving runs the call inside its save context.
+    class Model(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(2)
+
+        @tf.function(reduce_retracing=True)
+        def call(self, x, training=False):
+            return self.dense(x)
+
+    model = Model()
+    model(tf.ones([1, 3]))
+    with explain_retracing() as log:  # every tf.function, as the pipeline watches its export
+        model(tf.ones([4, 3]))
+        model(tf.ones([5, 3]))  # generalized to [None, 3]: the export reuses its arguments
+        archive = keras.export.ExportArchive()
+        archive.track(model)
+        spec = tf.TensorSpec([None, 3], tf.float32)
+        archive.add_endpoint("serve", lambda x: model(x), input_signature=[spec])
+        archive.write_out(str(tmp_path / "sm"), verbose=False)
+    saving = [c for c in log.causes() if c.kind == "call context"]
+    assert [(c.arg, c.now, c.before) for c in saving] == [("<saving a SavedModel>", "yes", "no")]
+    assert not [c for c in log.causes() if c.kind == "unexplained"]
+    # Saving also traces the call for serialization without calling it: recorded as such, so
+    # the monitor's count stays TensorFlow's.
+    assert any(c.kind == "traced without a call" for c in log.causes())
+    assert log.traces == log.tracing_count()
+
+
 def test_explain_retracing_of_a_class_method_watches_every_instance():
     # Regression: explain_retracing(Model.step) watched nothing; a second instance was blamed on
     # "a new tf.function object" with the advice to hoist it.

@@ -501,6 +501,64 @@ class _Trace:
     # not be reused by new objects while we still compare against this trace.
     objects: list[Any] = field(default_factory=list)
     prior: bool = False  # made before monitoring began: states read from TF's signature only
+    context: dict[str, str] = field(default_factory=dict)  # _call_context() at trace time
+
+
+def _call_context() -> dict[str, str]:
+    """What TF keys a trace by besides the arguments: the call context. tf.saved_model.save
+    (and Keras's ExportArchive) traces every function again inside its save context; a call
+    from inside another tf.function, under tf.device, inside jit_compile or a distribution
+    strategy's cross-replica context gets a trace of its own too. Read through TF's internal
+    helpers; a field that cannot be read is left out."""
+    context: dict[str, str] = {}
+    try:
+        from tensorflow.python.saved_model import save_context
+
+        context["saving a SavedModel"] = "yes" if save_context.in_save_context() else "no"
+    except Exception:  # noqa: BLE001 - internal module moved: skip this detail
+        pass
+    try:
+        from tensorflow.python.eager.polymorphic_function import function_context
+
+        eager = function_context.make_function_context().context
+        graph = eager.parent_graph
+        context["called from"] = (
+            "eager code" if graph is None else f"graph {getattr(graph, 'name', type(graph))!r}"
+        )
+        context["device scope"] = repr(eager.device_functions) if eager.device_functions else "none"
+        context["colocation"] = repr(eager.colocation_stack) if eager.colocation_stack else "none"
+        context["cross-replica context"] = str(eager.in_cross_replica_context)
+        context["variable policy"] = str(eager.variable_policy)
+        context["inside jit_compile (XLA)"] = "yes" if eager.xla_context_id else "no"
+    except Exception:  # noqa: BLE001
+        pass
+    return context
+
+
+_CONTEXT_FIXES = {
+    "saving a SavedModel": "none needed: saving traces each function once more under its save "
+    "context (variables are captured for export); it does not happen at serving time",
+    "called from": "each calling graph gets its own trace; call it from one place (or only "
+    "eagerly) if this repeats",
+    "device scope": "each tf.device scope gets its own trace; keep calls under one scope",
+    "inside jit_compile (XLA)": "calls inside and outside jit_compile trace separately",
+}
+
+
+def _context_changes(now: dict[str, str], before: dict[str, str]) -> list[Cause]:
+    changed = [k for k in now if k in before and now[k] != before[k]]
+    if "saving a SavedModel" in changed and "variable policy" in changed:
+        changed.remove("variable policy")  # the save context sets it: one cause, not two
+    return [
+        Cause(
+            f"<{key}>",
+            "call context",
+            now[key],
+            before[key],
+            _CONTEXT_FIXES.get(key, "TF keys traces by the call context as well as arguments"),
+        )
+        for key in changed
+    ]
 
 
 class RetraceMonitor:
@@ -552,12 +610,36 @@ class RetraceMonitor:
     def retraces(self) -> list[CallRecord]:
         return [r for r in self.records if r.retraced]
 
+    def _record_traces_without_a_call(self) -> None:
+        """TF can trace a function without calling it: tf.saved_model.save (and Keras's
+        ExportArchive) and get_concrete_function trace for serialization directly. Such traces
+        show up only in the count; record them (once, when noticed) so the monitor's count
+        stays TF's."""
+        missing = self.fn.experimental_get_tracing_count() - self.traces_before - self.traces
+        if missing <= 0:
+            return
+        record = CallRecord(self.log._next_index(), self.name, missing)
+        record.causes = [
+            Cause(
+                "<no call>",
+                "traced without a call",
+                f"{missing} trace(s) between observed calls",
+                "-",
+                "none needed: tf.saved_model.save / ExportArchive and get_concrete_function trace "
+                "a function directly (for serialization), not through a call",
+            )
+        ]
+        self.records.append(record)
+        self.log._emit(record)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._observe(lambda: self.fn(*args, **kwargs), args, kwargs)
 
     def _observe(self, call: Callable[[], Any], args: tuple, kwargs: dict) -> Any:
+        self._record_traces_without_a_call()
         states = describe_call(self.python_function, args, kwargs)
         captured = _captured_values(self.python_function)
+        context = _call_context()
         before = self.fn.experimental_get_tracing_count()
         signatures_before = self._signatures()
         record = CallRecord(self.log._next_index(), self.name, 0)
@@ -570,7 +652,7 @@ class RetraceMonitor:
             error = exc
         record.new_traces = self.fn.experimental_get_tracing_count() - before
         if record.new_traces:
-            record.causes = self._why_traced(states, captured, error)
+            record.causes = self._why_traced(states, captured, error, context)
             # Worth showing only when TF generalized a shape (reduce_retracing): "None" dims.
             record.traced_as = [
                 s.split(" -> ")[0]
@@ -578,7 +660,9 @@ class RetraceMonitor:
                 if s not in signatures_before and _GENERALIZED.search(s.split(" -> ")[0])
             ]
             traced = self._traced_view(states, signatures_before)
-            self._traces.append(_Trace(traced, captured, _non_value_leaves(args, kwargs)))
+            self._traces.append(
+                _Trace(traced, captured, _non_value_leaves(args, kwargs), context=context)
+            )
         elif error is not None:
             record.causes = [c for c in self._why_failed(states, error)]
         else:
@@ -637,6 +721,7 @@ class RetraceMonitor:
         states: dict[str, ArgState],
         captured: dict[str, tuple[str, Any]],
         error: BaseException | None,
+        context: dict[str, str] | None = None,
     ) -> list[Cause]:
         causes: list[Cause] = []
         if error is not None and "non-first call" in str(error) and "variable" in str(error):
@@ -721,6 +806,8 @@ class RetraceMonitor:
         causes += arg_causes
         if not causes:
             causes += _capture_changes(captured, best.captured, "closure")
+        if not causes and context is not None:
+            causes += _context_changes(context, best.context)
         if not causes and best.prior:
             causes.append(
                 Cause(
@@ -957,6 +1044,8 @@ def explain_retracing(
     function_class.__call__ = patched_call
     try:
         yield log
+        for monitor in log.monitors:
+            monitor._record_traces_without_a_call()
         for t in targets:
             key = id(t) if id(t) in objects else id(getattr(inspect.unwrap(t), "__code__", None))
             if t is not None and key not in seen:
