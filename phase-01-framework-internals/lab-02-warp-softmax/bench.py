@@ -110,6 +110,20 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def report_header(allocator: str) -> dict:
+    """What every JSON report records about how it was measured."""
+    return {
+        "command": " ".join(["python", *sys.argv]),
+        "torch": torch.__version__,
+        "machine": platform.processor() or platform.machine(),
+        "cpu_threads": torch.get_num_threads(),
+        "cpu_kernel": warp_softmax.cpu_capability(),
+        "allocator": allocator,
+        # The machine may be shared: the load average says how quiet it was.
+        "load_average_1_5_15_min": list(os.getloadavg()),
+    }
+
+
 def run(args: argparse.Namespace, allocator: str) -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -120,18 +134,9 @@ def run(args: argparse.Namespace, allocator: str) -> None:
     row_lengths = QUICK_ROW_LENGTHS if args.quick else FULL_ROW_LENGTHS
     modes = ["forward", "forward+backward"]
     dtypes = [torch.float32, torch.bfloat16]
-    report: dict = {
-        "command": " ".join(["python", *sys.argv]),
-        "torch": torch.__version__,
-        "machine": platform.processor() or platform.machine(),
-        "cpu_threads": torch.get_num_threads(),
-        "cpu_kernel": warp_softmax.cpu_capability(),
-        "threads_used_by_kernel": warp_softmax.threads_used(1024, 4096),
-        "allocator": allocator,
-        # The machine may be shared: the load average says how quiet it was.
-        "load_average_1_5_15_min": list(os.getloadavg()),
-        "results": [],
-    }
+    report = report_header(allocator)
+    report["threads_used_by_kernel"] = warp_softmax.threads_used(1024, 4096)
+    report["results"] = []
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, kernel "
         f"{warp_softmax.cpu_capability()}, parallel_for uses "
@@ -221,16 +226,9 @@ def run_backward_op(args: argparse.Namespace, allocator: str) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     suffix = f"-{args.threads}t" if args.threads else ""
     path = args.out / f"bench-backward-op{suffix}.json"
-    report = {
-        "command": " ".join(["python", *sys.argv]),
-        "torch": torch.__version__,
-        "cpu_threads": torch.get_num_threads(),
-        "cpu_kernel": warp_softmax.cpu_capability(),
-        "allocator": allocator,
-        "streaming_stores": os.environ.get("WARP_SOFTMAX_STREAMING_STORES", "1") != "0",
-        "load_average_1_5_15_min": list(os.getloadavg()),
-        "results": results,
-    }
+    report = report_header(allocator)
+    report["streaming_stores"] = os.environ.get("WARP_SOFTMAX_STREAMING_STORES", "1") != "0"
+    report["results"] = results
     path.write_text(json.dumps(report, indent=2))
     print(f"wrote {path}")
 
