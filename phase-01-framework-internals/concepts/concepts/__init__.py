@@ -1,0 +1,1 @@
+"""The spec's PyTorch concepts as running code."""
