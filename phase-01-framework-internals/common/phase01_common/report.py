@@ -115,6 +115,9 @@ class Section:
     images: list[Image] = field(default_factory=list)
     # Preformatted text blocks (for example retrace explanations), shown verbatim.
     texts: list[tuple[str, str]] = field(default_factory=list)
+    # The section's 2-3 key figures as (label, value), shown in the report's opening block,
+    # for example ("worst gradient error vs torch", "3e-14 (limit 1e-5)").
+    headline: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
