@@ -1,7 +1,7 @@
 """`python -m inference_pipeline --help`: the pipeline's one command-line entry point.
 
 Offline commands (build, gate, bench) live in ``cli_offline``; serving commands (serve,
-loadtest) in ``cli_serving``. Each module exposes ``add_commands(subparsers)``.
+loadtest) in ``cli_serving``; generation commands in ``cli_generation``. Each module exposes ``add_commands(subparsers)``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,11 @@ import argparse
 import importlib
 import sys
 
-COMMAND_MODULES = ("inference_pipeline.cli_offline", "inference_pipeline.cli_serving")
+COMMAND_MODULES = (
+    "inference_pipeline.cli_offline",
+    "inference_pipeline.cli_serving",
+    "inference_pipeline.cli_generation",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
