@@ -1,7 +1,8 @@
 """`python -m inference_pipeline --help`: the pipeline's one command-line entry point.
 
 Offline commands (build, gate, bench) live in ``cli_offline``; serving commands (serve,
-loadtest) in ``cli_serving``; generation commands in ``cli_generation``. Each module exposes ``add_commands(subparsers)``.
+loadtest) in ``cli_serving``; generation commands in ``cli_generation``. Each module exposes
+``add_commands(subparsers)``.
 """
 
 from __future__ import annotations
