@@ -1,7 +1,8 @@
 """`make demo`: run every lab's main job and write one report.
 
-Each lab contributes a section through ``<package>.report_section.build_section(out_dir, quick)``
-(the types are in ``phase01_common.report``). This driver runs them in order, shows progress,
+Each lab contributes a section through
+``<package>_harness.report_section.build_section(out_dir, quick)`` (the types are in
+``phase01_common.report``). This driver runs them in order, shows progress,
 renders ``report/index.html`` and ``report/summary.md``, and exits non-zero if any check failed,
 so a failure shows in the report and in the exit status instead of disappearing.
 
@@ -35,33 +36,38 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table as RichTable  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-PHASE = ROOT / "phase-01-framework-internals"
 
-# (key, title, module, folder the package is imported from when it is not pip-installed)
-SECTIONS: list[tuple[str, str, str, Path | None]] = [
+# (key, title, module): every package is installed editable, so each harness imports directly.
+SECTIONS: list[tuple[str, str, str]] = [
     (
         "minigrad",
         "Lab 01 — minigrad: reverse-mode autodiff on NumPy",
-        "minigrad.report_section",
-        None,
+        "minigrad_harness.report_section",
     ),
     (
         "warp_softmax",
         "Lab 02 — warp_softmax: a custom C++ softmax operator",
-        "warp_softmax.report_section",
-        PHASE / "lab-02-warp-softmax",
+        "warp_softmax_harness.report_section",
     ),
     (
         "graph_inspector",
         "Lab 03 — graph_inspector: tf.function, retracing, TFLite",
-        "graph_inspector.report_section",
-        None,
+        "graph_inspector_harness.report_section",
+    ),
+    (
+        "concepts",
+        "The spec's PyTorch concepts: torch.compile backend, FX, precision, memory",
+        "concepts_harness.report_section",
     ),
     (
         "fundamentals",
         "Framework fundamentals: practice questions as running code",
-        "fundamentals.report_section",
-        None,
+        "fundamentals_harness.report_section",
+    ),
+    (
+        "inference_pipeline",
+        "Inference pipeline: export, fuse, quantize, gate, serve",
+        "inference_pipeline_harness.report_section",
     ),
 ]
 
@@ -103,9 +109,7 @@ def _failed_section(title: str, exc: BaseException) -> Section:
     return section
 
 
-def run_section(
-    title: str, module: str, extra_path: Path | None, out_dir: Path, quick: bool
-) -> Section:
+def run_section(title: str, module: str, out_dir: Path, quick: bool) -> Section:
     """Run one lab; any failure becomes a failed check with its cause, never a missing section.
 
     "Any" includes ``SystemExit`` and other ``BaseException`` subclasses (only Ctrl-C stops
@@ -113,8 +117,6 @@ def run_section(
     renderers cannot draw: each is tried here so one lab cannot lose the others' report.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    if extra_path is not None and str(extra_path) not in sys.path:
-        sys.path.insert(0, str(extra_path))
     report_dir = out_dir.parent
     start = time.perf_counter()
     try:
@@ -168,9 +170,9 @@ def main(argv: list[str] | None = None) -> int:
 
     sections: list[Section] = []
     started = time.perf_counter()
-    for i, (key, title, module, extra_path) in enumerate(chosen, 1):
+    for i, (key, title, module) in enumerate(chosen, 1):
         console.rule(f"[bold]{i}/{len(chosen)}  {title}")
-        sections.append(run_section(title, module, extra_path, report_dir / key, args.quick))
+        sections.append(run_section(title, module, report_dir / key, args.quick))
         s = sections[-1]
         colour = "green" if s.passed else "red"
         failed = sum(not c.passed and not c.benchmark for c in s.checks)

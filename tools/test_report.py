@@ -200,7 +200,7 @@ def fake_demo(monkeypatch: pytest.MonkeyPatch):
 
             module.build_section = build_section
             monkeypatch.setitem(sys.modules, module.__name__, module)
-            sections.append((key, f"Lab {key}", module.__name__, None))
+            sections.append((key, f"Lab {key}", module.__name__))
         monkeypatch.setattr(run_demo, "SECTIONS", sections)
         return run_demo, calls
 
