@@ -1,0 +1,253 @@
+"""The v2 HTTP server: FastAPI routes over the dynamic batchers of a model repository.
+
+Routes (KServe / Open Inference Protocol v2, plus Triton's config route and /metrics):
+``GET /v2``, ``/v2/health/live``, ``/v2/health/ready``, ``/v2/models/{name}``,
+``/v2/models/{name}/ready``, ``/v2/models/{name}/config``, ``POST /v2/models/{name}/infer``
+(each model route also under ``/versions/{version}``) and ``GET /metrics``.
+Every error is ``{"error": "<one line>"}`` with its status: 400 malformed, 404 unknown model,
+413 body too large, 503 queue full or shutting down, 504 queue timeout, 500 model failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from inference_pipeline.serving.batcher import (
+    BatcherClosedError,
+    DynamicBatcher,
+    InvalidRequestError,
+    QueueFullError,
+    RequestTimeoutError,
+)
+from inference_pipeline.serving.metrics import ServerMetrics
+from inference_pipeline.serving.models import ServedModel
+from inference_pipeline.serving.protocol import (
+    HEADER_LENGTH,
+    ProtocolError,
+    encode_infer_response,
+    parse_infer_request,
+)
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("inference_pipeline.serving")
+SERVER_NAME = "inference_pipeline"
+DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+BATCHER_ERRORS = {
+    QueueFullError: (503, "rejected"),
+    BatcherClosedError: (503, "rejected"),
+    RequestTimeoutError: (504, "timeout"),
+    InvalidRequestError: (400, "bad_request"),
+}
+
+
+STATUS_LABELS = {400: "bad_request", 404: "not_found", 413: "too_large", 499: "cancelled"}
+
+
+class ClientGoneError(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+def error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+@dataclass
+class ServedEntry:
+    model: ServedModel
+    batcher: DynamicBatcher
+    output_types: dict[str, str]
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refusing (413) one over ``limit`` bytes before or while reading it."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ProtocolError(f"request body of {int(declared)} bytes exceeds {limit}", 413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ProtocolError(f"request body exceeds {limit} bytes", 413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def wait_for_disconnect(request: Request) -> None:
+    """Returns when the client goes away (the body has been read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class InferenceServer:
+    """The models, their batchers and the metrics; ``app`` is the ASGI application."""
+
+    def __init__(
+        self, models: list[ServedModel], max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    ):
+        self.metrics = ServerMetrics()
+        self.max_request_bytes = max_request_bytes
+        self.entries: dict[str, ServedEntry] = {}
+        for model in models:
+            batcher = DynamicBatcher(
+                model.batching, model.run_batch, self.metrics.observer(model.name), model.name
+            )
+            types = {spec.name: spec.datatype for spec in model.outputs}
+            self.entries[model.name] = ServedEntry(model, batcher, types)
+        self.ready = False
+        self.app = self._build_app()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: FastAPI):
+        for entry in self.entries.values():
+            await entry.batcher.start()
+        self.ready = True
+        log.info(
+            "models ready",
+            extra={"models": {n: vars(e.model.batching) for n, e in self.entries.items()}},
+        )
+        try:
+            yield
+        finally:
+            self.ready = False
+            for entry in self.entries.values():
+                await entry.batcher.close()  # finishes every accepted request
+            log.info("batchers drained", extra={"models": list(self.entries)})
+
+    def _entry(self, name: str, version: str | None = None) -> ServedEntry:
+        entry = self.entries.get(name)
+        if entry is None or (version is not None and version != entry.model.version):
+            suffix = f" version {version}" if version is not None else ""
+            raise ProtocolError(f"unknown model {name!r}{suffix}", 404)
+        return entry
+
+    async def infer(self, request: Request, name: str, version: str | None) -> Response:
+        started = time.perf_counter()
+        status, label = 200, "success"
+        try:
+            entry = self._entry(name, version)
+            response = await self._infer(request, entry)
+        except ProtocolError as exc:
+            status, label = exc.status, STATUS_LABELS.get(exc.status, "refused")
+            response = error(exc.status, str(exc))
+        except ClientGoneError:  # nobody will read this answer
+            status, label = 499, "cancelled"
+            response = Response(status_code=499)
+        except tuple(BATCHER_ERRORS) as exc:
+            status, label = BATCHER_ERRORS[type(exc)]
+            response = error(status, str(exc))
+        except Exception as exc:  # the model itself failed
+            log.exception("inference failed", extra={"model": name})
+            status, label = 500, "error"
+            response = error(500, f"inference failed: {exc}")
+        finally:
+            model_label = name if name in self.entries else "_unknown"
+            self.metrics.requests.labels(model_label, label).inc()
+            self.metrics.request_time.labels(model_label).observe(time.perf_counter() - started)
+            if status >= 400 and status != 499:
+                log.warning("request refused", extra={"model": name, "status": status})
+        return response
+
+    async def _infer(self, request: Request, entry: ServedEntry) -> Response:
+        body = await read_body(request, self.max_request_bytes)
+        specs = {spec.name: spec for spec in entry.model.inputs}
+        parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH), specs)
+        try:
+            prepared = entry.model.prepare(parsed.inputs)
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None
+        submit = asyncio.ensure_future(
+            entry.batcher.submit(
+                prepared.data,
+                rows=prepared.rows,
+                length=prepared.length,
+                shape_key=prepared.shape_key,
+                priority=parsed.priority,
+                timeout_us=parsed.timeout_us,
+            )
+        )
+        gone = asyncio.ensure_future(wait_for_disconnect(request))
+        try:
+            await asyncio.wait({submit, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not submit.done():  # the client left: drop its request, answer nobody
+            submit.cancel()
+            raise ClientGoneError
+        outputs = submit.result()
+        body, header_length = encode_infer_response(
+            entry.model.name, entry.model.version, parsed, outputs, entry.output_types
+        )
+        headers = {HEADER_LENGTH: str(header_length)} if header_length is not None else None
+        media = "application/octet-stream" if header_length is not None else "application/json"
+        return Response(body, headers=headers, media_type=media)
+
+    def _build_app(self) -> FastAPI:
+        app = FastAPI(title="v2 inference server", lifespan=self.lifespan, openapi_url=None)
+
+        @app.exception_handler(StarletteHTTPException)
+        async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+            return error(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}")
+
+        @app.exception_handler(ProtocolError)
+        async def protocol_error(request: Request, exc: ProtocolError) -> JSONResponse:
+            return error(exc.status, str(exc))
+
+        @app.get("/v2")
+        async def server_metadata() -> dict:
+            return {"name": SERVER_NAME, "version": "1", "extensions": ["binary_tensor_data"]}
+
+        @app.get("/v2/health/live")
+        async def live() -> dict:
+            return {"live": True}
+
+        @app.get("/v2/health/ready")
+        async def ready() -> Response:
+            if not self.ready:
+                return error(503, "not ready")
+            return JSONResponse({"ready": True})
+
+        for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
+            self._add_model_routes(app, prefix)
+
+        @app.get("/metrics")
+        async def metrics() -> Response:
+            return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+        return app
+
+    def _add_model_routes(self, app: FastAPI, prefix: str) -> None:
+        async def metadata(name: str, version: str | None = None) -> dict:
+            return self._entry(name, version).model.metadata()
+
+        async def model_ready(name: str, version: str | None = None) -> Response:
+            entry = self._entry(name, version)
+            if not (self.ready and entry.batcher.accepting):
+                return error(503, f"model {name!r} is not ready")
+            return JSONResponse({"name": name, "ready": True})
+
+        async def config(name: str, version: str | None = None) -> dict:
+            model = self._entry(name, version).model
+            return {
+                "name": model.name,
+                "platform": model.config.platform,
+                "max_batch_size": model.batching.max_batch_size,
+                "dynamic_batching": vars(model.batching),
+                "parameters": model.config.parameters,
+            }
+
+        async def infer(request: Request, name: str, version: str | None = None) -> Response:
+            return await self.infer(request, name, version)
+
+        app.add_api_route(prefix, metadata, methods=["GET"])
+        app.add_api_route(prefix + "/ready", model_ready, methods=["GET"])
+        app.add_api_route(prefix + "/config", config, methods=["GET"])
+        app.add_api_route(prefix + "/infer", infer, methods=["POST"])

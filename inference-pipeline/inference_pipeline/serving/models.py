@@ -1,0 +1,250 @@
+"""Served models: a model folder of a Triton-layout repository, loaded for serving.
+
+Two kinds behind one interface:
+- ``TextClassifierModel``: takes a BYTES input ``TEXT`` (one text per row), tokenizes with
+  the folder's ``tokenizer.json`` (truncating at ``max_sequence_length``), pads each batch to
+  its longest row, runs the graph and adds a BYTES ``label`` output (``labels.txt``).
+- ``TensorModel``: the config's tensors as they are (for example lab 03's TFLite model);
+  requests share a batch only when their non-batch shapes match.
+Both split a batch into per-request ``prepare`` (on the event loop) and ``run_batch`` (in a
+worker thread, on one model instance).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from inference_pipeline.serving.backends import Backend, default_threads, make_backend
+from inference_pipeline.serving.config import (
+    BatchingSettings,
+    ConfigError,
+    ModelConfig,
+    TensorSpec,
+    parse_model_config,
+)
+
+V2_TO_NUMPY = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "BYTES": np.object_,
+}
+MODEL_FILES = {"onnxruntime_onnx": "model.onnx", "litert": "model.tflite"}
+TEXT_INPUT = "TEXT"
+LABEL_OUTPUT = "label"
+
+
+@dataclass
+class Prepared:
+    """One request after ``prepare``: what the batcher needs to place it."""
+
+    data: Any
+    rows: int
+    length: int = 0
+    shape_key: tuple = ()
+
+
+class ServedModel:
+    """The interface the server and the Ray deployment use."""
+
+    name: str
+    version: str
+    config: ModelConfig
+    batching: BatchingSettings
+    inputs: tuple[TensorSpec, ...]  # as clients see them (batch dim excluded)
+    outputs: tuple[TensorSpec, ...]
+
+    def prepare(self, inputs: dict[str, np.ndarray]) -> Prepared:
+        raise NotImplementedError
+
+    def run_batch(self, instance: int, batch: list[Any]) -> list[dict[str, np.ndarray]]:
+        raise NotImplementedError
+
+    def metadata(self) -> dict:
+        """The v2 model metadata (shapes include the batch dimension, -1)."""
+
+        def describe(spec: TensorSpec) -> dict:
+            return {"name": spec.name, "datatype": spec.datatype, "shape": [-1, *spec.dims]}
+
+        return {
+            "name": self.name,
+            "versions": [self.version],
+            "platform": self.config.platform,
+            "inputs": [describe(s) for s in self.inputs],
+            "outputs": [describe(s) for s in self.outputs],
+        }
+
+
+def _split(outputs: dict[str, np.ndarray], rows: list[int]) -> list[dict[str, np.ndarray]]:
+    bounds = np.cumsum(rows)[:-1]
+    parts = {name: np.split(array, bounds) for name, array in outputs.items()}
+    return [{name: parts[name][i] for name in parts} for i in range(len(rows))]
+
+
+class TextClassifierModel(ServedModel):
+    """Texts in, logits (+ embedding) and the predicted label out."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        folder: Path,
+        backends: list[Backend],
+        tokenizer: Any,
+        labels: list[str],
+        max_length: int,
+    ) -> None:
+        self.config, self.name, self.version = config, config.name, folder.name
+        self.batching = config.batching
+        self.backends = backends
+        self.tokenizer = tokenizer
+        self.labels = labels
+        self.max_length = max_length
+        self._dtypes = {spec.name: V2_TO_NUMPY[spec.datatype] for spec in config.inputs}
+        self.inputs = (TensorSpec(TEXT_INPUT, "BYTES", ()),)
+        self.outputs = (*config.outputs, TensorSpec(LABEL_OUTPUT, "BYTES", ()))
+
+    def tokenize(self, texts: list[str]) -> list[list[int]]:
+        return [encoding.ids for encoding in self.tokenizer.encode_batch(texts)]
+
+    def prepare(self, inputs: dict[str, np.ndarray]) -> Prepared:
+        if set(inputs) != {TEXT_INPUT}:
+            raise ValueError(f"model {self.name!r} takes one input named {TEXT_INPUT!r}")
+        texts = [
+            item.decode("utf-8") if isinstance(item, bytes) else str(item)
+            for item in inputs[TEXT_INPUT].reshape(-1)
+        ]
+        ids = self.tokenize(texts)
+        return Prepared(data=ids, rows=len(ids), length=max(len(row) for row in ids))
+
+    def encode_batch(self, rows: list[list[int]]) -> dict[str, np.ndarray]:
+        """Pad to the batch's longest row: the graph's input feeds."""
+        width = max(len(row) for row in rows)
+        ids = np.zeros((len(rows), width), dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = row
+            mask[i, : len(row)] = 1
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        return {
+            name: feeds[name].astype(self._dtypes.get(name, np.int64), copy=False)
+            for name in self.backends[0].input_names
+        }
+
+    def run_batch(self, instance: int, batch: list[list[list[int]]]) -> list[dict[str, np.ndarray]]:
+        rows = [row for request in batch for row in request]
+        outputs = self.backends[instance].run(self.encode_batch(rows))
+        logits = outputs[self.config.outputs[0].name]
+        label_ids = logits.argmax(axis=-1)
+        outputs[LABEL_OUTPUT] = np.array([self.labels[i].encode() for i in label_ids], dtype=object)
+        return _split(outputs, [len(request) for request in batch])
+
+
+class TensorModel(ServedModel):
+    """The config's tensors as they are; batches concatenate along the first axis."""
+
+    def __init__(self, config: ModelConfig, folder: Path, backends: list[Backend]) -> None:
+        self.config, self.name, self.version = config, config.name, folder.name
+        self.batching = config.batching
+        self.backends = backends
+        self.inputs, self.outputs = config.inputs, config.outputs
+
+    def prepare(self, inputs: dict[str, np.ndarray]) -> Prepared:
+        expected = {spec.name: spec for spec in self.inputs}
+        if set(inputs) != set(expected):
+            raise ValueError(f"model {self.name!r} takes inputs {sorted(expected)}")
+        rows = {array.shape[0] for array in inputs.values()}
+        if len(rows) != 1:
+            raise ValueError("every input must have the same batch size")
+        shape_key = tuple((name, inputs[name].shape[1:]) for name in sorted(inputs))
+        return Prepared(data=inputs, rows=rows.pop(), shape_key=shape_key)
+
+    def run_batch(self, instance: int, batch: list[dict[str, np.ndarray]]) -> list[dict]:
+        feeds = {name: np.concatenate([request[name] for request in batch]) for name in batch[0]}
+        outputs = self.backends[instance].run(feeds)
+        return _split(outputs, [len(next(iter(request.values()))) for request in batch])
+
+
+def _latest_version(folder: Path, filename: str) -> Path:
+    versions = [p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()]
+    versions = [p for p in versions if (p / filename).is_file()]
+    if not versions:
+        raise ConfigError(f"{folder}: no version folder holds {filename}")
+    return max(versions, key=lambda p: int(p.name))
+
+
+def _check_declared(config: ModelConfig, backend: Backend, folder: Path) -> None:
+    declared = {spec.name for spec in config.inputs}
+    if declared != set(backend.input_names):
+        raise ConfigError(
+            f"{folder}/config.pbtxt declares inputs {sorted(declared)} but the model takes "
+            f"{sorted(backend.input_names)}"
+        )
+    missing = {spec.name for spec in config.outputs} - set(backend.output_names)
+    if missing:
+        raise ConfigError(f"{folder}/config.pbtxt declares outputs the model lacks: {missing}")
+
+
+def load_model(
+    folder: Path, overrides: dict[str, object] | None = None, threads: int | None = None
+) -> ServedModel:
+    """Load one model folder (config.pbtxt, <version>/model.*, tokenizer, labels)."""
+    folder = Path(folder)
+    config = parse_model_config(folder / "config.pbtxt")
+    try:
+        batching = config.batching.with_overrides(**(overrides or {}))
+    except ConfigError as exc:
+        raise ConfigError(f"{folder}: {exc}") from None
+    config = ModelConfig(
+        config.name, config.platform, config.inputs, config.outputs, batching, config.parameters
+    )
+    version = _latest_version(folder, MODEL_FILES[config.platform])
+    threads = threads or default_threads(batching.instance_count)
+    model_path = version / MODEL_FILES[config.platform]
+    backends = [
+        make_backend(config.platform, model_path, threads) for _ in range(batching.instance_count)
+    ]
+    _check_declared(config, backends[0], folder)
+    tokenizer_name = config.parameters.get("tokenizer")
+    if not tokenizer_name:
+        return TensorModel(config, version, backends)
+    from tokenizers import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_file(str(folder / tokenizer_name))
+        labels = (folder / config.parameters.get("labels", "labels.txt")).read_text().split("\n")
+    except Exception as exc:
+        raise ConfigError(f"{folder}: cannot load tokenizer or labels ({exc})") from None
+    labels = [label for label in labels if label.strip()]
+    max_length = int(config.parameters.get("max_sequence_length", "256"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=max_length)
+    if not config.outputs or len(labels) != config.outputs[0].dims[-1]:
+        raise ConfigError(f"{folder}: labels.txt does not match the first output's width")
+    return TextClassifierModel(config, version, backends, tokenizer, labels, max_length)
+
+
+def load_repository(
+    path: Path, overrides: dict[str, object] | None = None, threads: int | None = None
+) -> list[ServedModel]:
+    """Every model of a repository (or the one model if ``path`` is a model folder)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ConfigError(f"{path}: no such model repository")
+    if (path / "config.pbtxt").is_file():
+        return [load_model(path, overrides, threads)]
+    folders = sorted(p for p in path.iterdir() if (p / "config.pbtxt").is_file())
+    if not folders:
+        raise ConfigError(f"{path}: no model folder (with a config.pbtxt) inside")
+    return [load_model(folder, overrides, threads) for folder in folders]

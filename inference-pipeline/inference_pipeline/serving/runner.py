@@ -1,0 +1,63 @@
+"""Run the v2 server on uvicorn with a graceful SIGTERM.
+
+On SIGTERM (or Ctrl-C) uvicorn stops listening, lets every open request finish and send its
+answer, then the batchers drain whatever they accepted; the process exits 0. uvicorn re-raises
+the signal after its own shutdown, so a no-op handler is installed first (otherwise the
+default handler would kill the process with status -15 after a clean drain).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+
+import uvicorn
+from inference_pipeline.serving.app import DEFAULT_MAX_REQUEST_BYTES, InferenceServer
+from inference_pipeline.serving.models import ServedModel
+
+log = logging.getLogger("inference_pipeline.serving")
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening socket (port 0: a free port, read back from the socket)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_server(
+    models: list[ServedModel],
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    graceful_timeout_s: float = 60.0,
+) -> int:
+    """Serve until SIGTERM/SIGINT; returns 0 after a clean drain."""
+    server = InferenceServer(models, max_request_bytes=max_request_bytes)
+    sock = bind_socket(host, port)
+    bound_port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        server.app,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=graceful_timeout_s,
+        timeout_keep_alive=30,
+    )
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+    log.info(
+        "listening",
+        extra={
+            "url": f"http://{host}:{bound_port}",
+            "port": bound_port,
+            "models": list(server.entries),
+        },
+    )
+    uvicorn.Server(config).run(sockets=[sock])
+    log.info("stopped", extra={"port": bound_port})
+    return 0
