@@ -2,26 +2,23 @@
 
 Layout (engine apart from ops):
   tensor.py    Tensor (data, grad, grad_fn, version counter) and operator sugar
-  function.py  Function / ctx / grad mode: records one graph node per op
-  engine.py    backward(): dependency counting, topological order, accumulation
+  grad_mode.py no_grad / enable_grad: the switch that says whether ops record
+  function.py  Function / Primitive / ctx: one apply records one graph node per op
+  engine.py    backward() and grad(): one Kahn loop, accumulation, retain/create_graph
   ops.py       every built-in op as a Primitive, forward and backward side by side
   rules.py     per-primitive rule tables (the hook for vmap / IR-lowering rules)
 """
 
-# tensor first: it imports ops, which import function (a deliberate, ordered cycle).
-from minigrad.tensor import Tensor, tensor  # isort: skip
-from minigrad import autograd, nn, ops, optim, rules  # isort: skip
+from minigrad import autograd, engine, nn, ops, optim, rules
+from minigrad import tensor as _tensor_module
 from minigrad.engine import grad
-from minigrad.function import (
-    Context,
-    Function,
-    Primitive,
-    enable_grad,
-    is_grad_enabled,
-    no_grad,
-    set_grad_enabled,
-)
+from minigrad.function import Context, Function, Primitive
+from minigrad.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from minigrad.gradcheck import GradcheckError, gradcheck, gradgradcheck
+from minigrad.tensor import Tensor, tensor
+
+# The import graph's one seam (see minigrad/tensor.py): Tensor's methods call ops and the engine.
+_tensor_module.bind(ops, engine)
 
 float32 = "float32"
 float64 = "float64"

@@ -1,26 +1,44 @@
-"""``python -m minigrad [--quick] [--out DIR]``: run Lab 01's demo and print its checks."""
+"""``python -m minigrad <command>``: Lab 01's commands.
+
+  demo [--quick] [--out DIR]    gradient checks vs PyTorch, the digits MLP in both libraries,
+                                second order, a short benchmark; prints the checks
+  bench [--quick] [--threads N] [--out FILE.json]
+                                one MLP training step: minigrad vs hand NumPy vs torch eager
+  explain [NAME ...]            the guide's small demonstrations (graph, why-topo, recursion,
+                                cycle, create-graph, torch)
+
+Every command is a harness command: it imports ``minigrad_harness`` (installed with the lab;
+its extra dependencies are the ``harness`` extra: torch, scikit-learn, matplotlib).
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-import tempfile
-from pathlib import Path
 
-from phase01_common.report import section_text
-
-from minigrad.report_section import build_section
+COMMANDS = {"demo": "minigrad_harness.demo", "bench": "minigrad_harness.bench"}
+COMMANDS["explain"] = "minigrad_harness.explain"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minigrad", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="skip finite differences/bench")
-    parser.add_argument("--out", type=Path, default=None, help="folder for the plot")
-    args = parser.parse_args(argv)
-    out = args.out or Path(tempfile.mkdtemp(prefix="minigrad-demo-"))
-    section = build_section(out, quick=args.quick)
-    print(section_text(section))
-    return 0 if section.passed else 1
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="python -m minigrad",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("command", choices=sorted(COMMANDS), help="what to run (see above)")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the command's own options")
+    if not argv:
+        parser.error("a command is required: demo, bench or explain (--help lists them)")
+    if argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0
+    ns = parser.parse_args(argv[:1])
+    # Imported only here: the library never depends on its harness.
+    module = importlib.import_module(COMMANDS[ns.command])
+    return module.main(argv[1:])
 
 
 if __name__ == "__main__":

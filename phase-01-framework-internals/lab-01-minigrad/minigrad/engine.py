@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from minigrad import function as _fn
 from minigrad.function import Context
+from minigrad.grad_mode import grad_mode
 from minigrad.tensor import Tensor
 
 
@@ -114,13 +114,15 @@ def _passes_through(gi: Any, g: Any) -> bool:
 
 
 def _call_backward(node: Context, g: Any, create_graph: bool) -> tuple:
+    """A node's backward off the hot path: a user Function (Tensors in, shapes checked) or a
+    primitive under create_graph (grad mode on, so its backward's ops are recorded)."""
     node._check_versions()
     fn = node._fn
     if node._raw:
         if create_graph:
             node._graph_mode = True
             try:
-                with _fn._grad_mode(True):
+                with grad_mode(True):
                     grads = fn.backward(node, g)
             finally:
                 # back to raw arrays: a later first-order backward through this retained
@@ -130,7 +132,7 @@ def _call_backward(node: Context, g: Any, create_graph: bool) -> tuple:
             grads = fn.backward(node, g)
     else:
         gt = g if isinstance(g, Tensor) else Tensor._wrap(g)
-        with _fn._grad_mode(create_graph):
+        with grad_mode(create_graph):
             grads = fn.backward(node, gt)
     if not isinstance(grads, tuple):
         grads = (grads,)
@@ -180,62 +182,78 @@ def _nodes_leading_to(roots: list[Context], capture: dict[int, Any]) -> set[Cont
     return needed
 
 
-def _run(
-    roots: Sequence[Tensor],
-    grads: Sequence[Any],
-    retain_graph: bool,
-    create_graph: bool,
-    capture: dict[int, Any] | None,
-) -> None:
-    """Propagate; accumulate into leaves, or (``capture`` given) collect the inputs' grads."""
+def _start(
+    roots: Sequence[Tensor], seeds: Sequence[Any], create_graph: bool, capture: dict | None
+) -> tuple[dict[Context, Any], list[Context]]:
+    """Seed the buffers of the roots' nodes (summing seeds of roots made by the same node);
+    a leaf given as a root receives (a copy of) its seed directly."""
     buffers: dict[Context, Any] = {}
     root_nodes: list[Context] = []
-    for t, g in zip(roots, grads, strict=True):
+    for t, g in zip(roots, seeds, strict=True):
         node = t.grad_fn
-        if node is None:  # a leaf as the root: its gradient is (a copy of) the seed itself
+        if node is None:
             _deliver_leaf(t, g, create_graph, capture, copy=True)
-            continue
-        if node in buffers:
+        elif node in buffers:
             buffers[node] = buffers[node] + g
         else:
             buffers[node] = g
             root_nodes.append(node)
+    return buffers, root_nodes
+
+
+def _run(
+    roots: Sequence[Tensor],
+    seeds: Sequence[Any],
+    retain_graph: bool,
+    create_graph: bool,
+    capture: dict[int, Any] | None,
+) -> None:
+    """THE backward loop, for every caller: ``loss.backward()`` (the hot path), several roots,
+    ``create_graph=True``, and ``grad()`` (``capture`` given: collect the requested inputs'
+    gradients instead of accumulating into ``.grad``, and run only the nodes leading to them).
+
+    Kahn's algorithm: a node runs when every consumer has sent its gradient (its dependency
+    count reaches 0). Gradients flow as raw ndarrays in a first-order pass and as Tensors
+    (recorded) under create_graph. A node that runs has its saved tensors freed afterwards
+    unless ``retain_graph``; a node that ``grad()`` does not need is neither run nor freed.
+    """
+    buffers, root_nodes = _start(roots, seeds, create_graph, capture)
     deps = _count_dependencies(root_nodes)
     needed = None if capture is None else _nodes_leading_to(root_nodes, capture)
-    ready = [n for n in root_nodes if deps.get(n, 0) == 0]
+    grad_type, to_grad_type = (Tensor, _as_tensor) if create_graph else (np.ndarray, _as_array)
+    ready = [n for n in root_nodes if n not in deps]  # a root has consumers only in a cycle
     while ready:
         node = ready.pop()
         g = buffers.pop(node, None)
-        if g is not None and capture is not None and id(node) in capture:
-            capture[id(node)] = g  # the gradient w.r.t. a non-leaf input of autograd.grad
-        if g is not None and (needed is None or node in needed):
-            if node._raw and not create_graph:  # the hot path, inlined
-                if node._saved_versions is not None:
-                    node._check_versions()
-                in_grads = node._fn.backward(node, g)
-                if type(in_grads) is not tuple:
-                    in_grads = (in_grads,)
-            else:
-                in_grads = _call_backward(node, g, create_graph)
-            if not retain_graph and node._saved_versions is not None:
-                _free_saved(node)
+        edges = node.next_edges
+        if capture is not None and id(node) in capture:
+            capture[id(node)] = g  # the gradient w.r.t. a non-leaf input of grad()
+        runs = needed is None or node in needed
+        if g is None or not runs:
+            in_grads = (None,) * len(edges)
+        elif node._raw and not create_graph:  # the hot path: a primitive on raw arrays
+            if node._saved_versions is not None:
+                node._check_versions()
+            in_grads = node._fn.backward(node, g)
+            if type(in_grads) is not tuple:
+                in_grads = (in_grads,)
         else:
-            in_grads = (None,) * len(node.next_edges)
-        for nxt, gi in zip(node.next_edges, in_grads, strict=True):
+            in_grads = _call_backward(node, g, create_graph)
+        if runs and not retain_graph and node._saved_versions is not None:
+            _free_saved(node)
+        for nxt, gi in zip(edges, in_grads, strict=True):
             if nxt is None:
                 continue
-            if isinstance(nxt, Tensor):
+            if gi is not None and type(gi) is not grad_type:
+                gi = to_grad_type(gi)  # a user Function's Tensor, a NumPy scalar, ...
+            if nxt.__class__ is Tensor or isinstance(nxt, Tensor):  # a leaf: AccumulateGrad
                 if gi is not None:
                     if gi.shape != nxt.data.shape:
                         _bad_grad_shape(node, nxt, gi)
-                    copy = not create_graph and (not node._raw or _passes_through(gi, g))
+                    copy = not node._raw or _passes_through(gi, g)
                     _deliver_leaf(nxt, gi, create_graph, capture, copy)
                 continue
             if gi is not None:
-                if create_graph and not isinstance(gi, Tensor):
-                    gi = Tensor._wrap(np.asarray(gi))
-                elif not create_graph and isinstance(gi, Tensor):
-                    gi = gi.data
                 prev = buffers.get(nxt)
                 buffers[nxt] = gi if prev is None else prev + gi
             left = deps[nxt] - 1
@@ -244,6 +262,14 @@ def _run(
                 ready.append(nxt)
     if buffers:
         _report_cycle(buffers)
+
+
+def _as_array(g: Any) -> np.ndarray:
+    return g.data if isinstance(g, Tensor) else np.asarray(g)
+
+
+def _as_tensor(g: Any) -> Tensor:
+    return g if isinstance(g, Tensor) else Tensor._wrap(np.asarray(g))
 
 
 def _bad_grad_shape(node: Context, leaf: Tensor, g: Any) -> None:
@@ -273,54 +299,7 @@ def backward(
     if retain_graph is None:
         retain_graph = create_graph
     seeds = [_root_gradient(t, g, create_graph) for t, g in zip(tensors, grad_tensors, strict=True)]
-    if len(tensors) == 1 and not create_graph and tensors[0].grad_fn is not None:
-        _run_first_order(tensors[0].grad_fn, seeds[0], retain_graph)
-    else:
-        _run(tensors, seeds, retain_graph, create_graph, capture=None)
-
-
-def _run_first_order(root: Context, seed: np.ndarray, retain_graph: bool) -> None:
-    """``_run`` specialised to the common call, ``loss.backward()``: one root, first order,
-    accumulate into leaves. Same algorithm, fewer branches per edge."""
-    deps = _count_dependencies([root])
-    buffers: dict[Context, Any] = {root: seed}
-    ready = [root] if root not in deps else []  # the root has consumers only in a cycle
-    while ready:
-        node = ready.pop()
-        g = buffers.pop(node, None)
-        edges = node.next_edges
-        if g is None:
-            in_grads = (None,) * len(edges)
-        elif node._raw:
-            if node._saved_versions is not None:
-                node._check_versions()
-            in_grads = node._fn.backward(node, g)
-            if type(in_grads) is not tuple:
-                in_grads = (in_grads,)
-        else:
-            in_grads = _call_backward(node, g, False)
-        if not retain_graph and node._saved_versions is not None:
-            _free_saved(node)
-        for nxt, gi in zip(edges, in_grads, strict=True):
-            if nxt is None:
-                continue
-            if type(gi) is not np.ndarray and gi is not None:  # user Function / NumPy scalar
-                gi = gi.data if isinstance(gi, Tensor) else np.asarray(gi)
-            if nxt.__class__ is Tensor or isinstance(nxt, Tensor):  # a leaf: AccumulateGrad
-                if gi is not None:
-                    if gi.shape != nxt.data.shape:
-                        _bad_grad_shape(node, nxt, gi)
-                    _accumulate(nxt, gi, False, not node._raw or _passes_through(gi, g))
-                continue
-            if gi is not None:
-                prev = buffers.get(nxt)
-                buffers[nxt] = gi if prev is None else prev + gi
-            left = deps[nxt] - 1
-            deps[nxt] = left
-            if left == 0:
-                ready.append(nxt)
-    if buffers:
-        _report_cycle(buffers)
+    _run(tensors, seeds, retain_graph, create_graph, capture=None)
 
 
 def _free_saved(node: Context) -> None:

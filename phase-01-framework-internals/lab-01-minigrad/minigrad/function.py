@@ -14,67 +14,24 @@ Two flavours share this machinery:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from minigrad.grad_mode import enable_grad, grad_mode, is_grad_enabled, no_grad, set_grad_enabled
+from minigrad.grad_mode import state as _mode
+from minigrad.rules import PRIMITIVES
 from minigrad.tensor import Tensor
 
-# ----------------------------------------------------------------------------- grad mode
-_grad_enabled = True
-
-
-def is_grad_enabled() -> bool:
-    return _grad_enabled
-
-
-def set_grad_enabled(mode: bool) -> None:
-    global _grad_enabled
-    _grad_enabled = bool(mode)
-
-
-class _GradMode:
-    """Context manager *and* decorator, like torch.no_grad / torch.enable_grad."""
-
-    mode = True
-
-    def __enter__(self) -> None:
-        self._prev = _grad_enabled
-        set_grad_enabled(self.mode)
-
-    def __exit__(self, *exc: object) -> None:
-        set_grad_enabled(self._prev)
-
-    def __call__(self, fn: Callable) -> Callable:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with type(self)():
-                return fn(*args, **kwargs)
-
-        wrapper.__name__ = getattr(fn, "__name__", "wrapper")
-        wrapper.__doc__ = fn.__doc__
-        return wrapper
-
-
-class no_grad(_GradMode):  # noqa: N801  (torch's name)
-    """Ops run inside build no graph."""
-
-    mode = False
-
-
-class enable_grad(_GradMode):  # noqa: N801
-    mode = True
-
-
-@contextmanager
-def _grad_mode(mode: bool) -> Iterator[None]:
-    prev = _grad_enabled
-    set_grad_enabled(mode)
-    try:
-        yield
-    finally:
-        set_grad_enabled(prev)
+__all__ = [
+    "Context",
+    "Function",
+    "Primitive",
+    "enable_grad",
+    "is_grad_enabled",
+    "no_grad",
+    "set_grad_enabled",
+]
 
 
 # ----------------------------------------------------------------------------- context / node
@@ -209,48 +166,67 @@ class Function:
 
     @classmethod
     def apply(cls, *args: Any) -> Tensor:
+        """Run ``forward``; when grad is enabled and some input requires grad, record the node.
+
+        The one apply for user Functions and primitives; they differ only in what forward
+        sees (Tensors, under no_grad, or raw ndarrays) and in how the output is wrapped.
+        """
         ctx = cls._ctx_class()
         record = False
-        if _grad_enabled:
+        if _mode.enabled:
             needs = tuple([isinstance(a, Tensor) and a._rg for a in args])
             record = True in needs
-        if record:
             ctx.needs_input_grad = needs
         else:
             ctx.needs_input_grad = (False,) * len(args)
-
         if cls._raw:
-            vals = [a.data if isinstance(a, Tensor) else a for a in args]
-            try:
-                out = cls.forward(ctx, *vals)
-            except ValueError as e:
-                shapes = [v.shape for v in vals if isinstance(v, np.ndarray)]
-                raise ValueError(f"{cls.__name__}: invalid input shapes {shapes}: {e}") from e
+            # A NumPy scalar operand (np.float64(2)) becomes a Python number: weak, as in
+            # torch, so it does not promote a float32 tensor (NumPy 2 would).
+            vals = [
+                a.data if isinstance(a, Tensor) else a.item() if isinstance(a, np.generic) else a
+                for a in args
+            ]
+            out = _forward_on_arrays(cls, ctx, vals)
+            result = _new_tensor(Tensor)
             # A 0-d ufunc result is a NumPy scalar: wrap a 0-d array, but keep ``out`` as
-            # forward returned it, so that a saved output is still recognised below.
-            result = Tensor._wrap(out if type(out) is np.ndarray else np.asarray(out))
+            # forward returned it, so that a saved output is still recognised by identity.
+            result.data = out if type(out) is np.ndarray else np.asarray(out)
+            result.grad = None
+            result.grad_fn = None
+            result._rg = False
+            result._vc = [0]
         else:
-            with _grad_mode(False):
-                out = cls.forward(ctx, *args)
-            if isinstance(out, tuple):
-                raise TypeError(
-                    f"{cls.__name__}.forward returned a tuple; minigrad Functions return "
-                    "exactly one Tensor"
-                )
-            if isinstance(out, Tensor) and out.grad_fn is None and not any(out is a for a in args):
-                result = out
-            else:
-                result = Tensor._wrap(out.data if isinstance(out, Tensor) else np.asarray(out))
             vals = None
-
+            out, result = _forward_on_tensors(cls, ctx, args)
         if cls.may_view and _shares_memory(result, args[0]):
             result._vc = args[0]._vc  # a view shares its base's version counter
-
         if record:
-            # Input shapes, so the engine can check what a user backward returns.
-            ctx.input_shapes = tuple([a.shape if isinstance(a, Tensor) else None for a in args])
+            if not cls._raw:  # so the engine can check what a user backward returns
+                ctx.input_shapes = tuple([a.shape if isinstance(a, Tensor) else None for a in args])
             _link(ctx, args, needs, vals, out, result)
         return result
+
+
+def _forward_on_arrays(cls: type[Function], ctx: Context, vals: list) -> Any:
+    try:
+        return cls.forward(ctx, *vals)
+    except ValueError as e:
+        shapes = [v.shape for v in vals if isinstance(v, np.ndarray)]
+        raise ValueError(f"{cls.__name__}: invalid input shapes {shapes}: {e}") from e
+
+
+def _forward_on_tensors(cls: type[Function], ctx: Context, args: tuple) -> tuple[Any, Tensor]:
+    """A user forward runs under no_grad on Tensors; its output is wrapped afresh unless it is
+    already a new, graph-free Tensor."""
+    with grad_mode(False):
+        out = cls.forward(ctx, *args)
+    if isinstance(out, tuple):
+        raise TypeError(
+            f"{cls.__name__}.forward returned a tuple; minigrad Functions return exactly one Tensor"
+        )
+    if isinstance(out, Tensor) and out.grad_fn is None and not any(out is a for a in args):
+        return out, out
+    return out, Tensor._wrap(out.data if isinstance(out, Tensor) else np.asarray(out))
 
 
 def _resolve_saved(raw_saved: tuple, args: tuple, vals: list | None, out: Any, result: Tensor):
@@ -298,47 +274,7 @@ class Primitive(Function):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        from minigrad.rules import PRIMITIVES
-
         PRIMITIVES[cls.__name__] = cls
-
-    @classmethod
-    def apply(cls, *args: Any) -> Tensor:
-        """Function.apply specialised for ndarray forwards: the per-op hot path."""
-        ctx = cls._ctx_class()
-        # A NumPy scalar operand (np.float64(2), np.sqrt(4.0)) becomes a Python number: weak,
-        # as in torch, so it does not promote a float32 tensor (NumPy 2 would).
-        vals = [
-            a.data if isinstance(a, Tensor) else a.item() if isinstance(a, np.generic) else a
-            for a in args
-        ]
-        record = False
-        if _grad_enabled:
-            needs = tuple([isinstance(a, Tensor) and a._rg for a in args])
-            record = True in needs
-            ctx.needs_input_grad = needs
-        else:
-            ctx.needs_input_grad = (False,) * len(args)
-        try:
-            out = cls.forward(ctx, *vals)
-        except ValueError as e:
-            shapes = [v.shape for v in vals if isinstance(v, np.ndarray)]
-            raise ValueError(f"{cls.__name__}: invalid input shapes {shapes}: {e}") from e
-        result = _new_tensor(Tensor)
-        # A 0-d ufunc result is a NumPy scalar (np.float64), not an array: wrap it, but keep
-        # ``out`` itself so that _resolve_saved still recognises a saved output by identity.
-        result.data = out if type(out) is np.ndarray else np.asarray(out)
-        result.grad = None
-        if cls.may_view and _shares_memory(result, args[0]):
-            result._vc = args[0]._vc  # a view shares its base's version counter
-        else:
-            result._vc = [0]
-        if not record:
-            result.grad_fn = None
-            result._rg = False
-            return result
-        _link(ctx, args, needs, vals, out, result)
-        return result
 
 
 def _link(ctx: Context, args: tuple, needs: tuple, vals: tuple, out: Any, result: Tensor) -> None:

@@ -678,6 +678,15 @@ class LogSoftmax(Primitive):
         return g - exp(out) * reduce_sum(g, ctx.axis, True), None
 
 
+def _target_out_of_bounds(target: np.ndarray, n_classes: int) -> IndexError:
+    """torch's message, naming the first bad target and where it sits."""
+    bad = np.flatnonzero((target < 0) | (target >= n_classes))[0]
+    return IndexError(
+        f"cross_entropy: Target {target.flat[bad]} is out of bounds (target[{bad}]; "
+        f"class ids must lie in [0, {n_classes - 1}])"
+    )
+
+
 class CrossEntropy(Primitive):
     """Fused log_softmax + negative log-likelihood over class logits of shape (N, C)."""
 
@@ -698,16 +707,9 @@ class CrossEntropy(Primitive):
             raise ValueError(f"cross_entropy: reduction must be 'mean' or 'sum', not {reduction!r}")
         rows = np.arange(n)
         shifted = logits - logits.max(axis=1, keepdims=True)
-        # Viewed as unsigned, a negative class id becomes huge, so one IndexError covers both
-        # out-of-range cases without an extra pass over the targets.
-        try:
-            picked = shifted[rows, target.view(target.dtype.str.replace("i", "u"))]
-        except IndexError:
-            bad = target
-            raise ValueError(
-                f"cross_entropy: targets must lie in [0, {c}), got values in "
-                f"[{bad.min()}, {bad.max()}]"
-            ) from None
+        if n and (target.min() < 0 or target.max() >= c):  # NumPy would wrap a negative id
+            raise _target_out_of_bounds(target, c)
+        picked = shifted[rows, target]
         e = np.exp(shifted)
         s = e.sum(axis=1, keepdims=True)
         losses = np.log(s[:, 0]) - picked

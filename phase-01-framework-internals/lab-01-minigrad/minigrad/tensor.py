@@ -1,7 +1,12 @@
 """The Tensor: an ``np.ndarray`` plus the autograd bookkeeping (grad, grad_fn, version).
 
-Tensor knows no derivative rule. Every method below forwards to a ``Function`` subclass in
+Tensor knows no derivative rule. Every method below forwards to a ``Primitive`` in
 :mod:`minigrad.ops`; the engine (:mod:`minigrad.engine`) walks the ``grad_fn`` graph.
+
+The one seam in the import graph: ops and the engine are built on Tensor, so this module
+cannot import them. It holds two module references, ``ops`` and ``engine``, that
+``minigrad/__init__.py`` fills in (:func:`bind`) once both exist. Everything else imports
+strictly downwards: grad_mode, rules <- tensor <- function <- engine, ops <- nn, optim.
 """
 
 from __future__ import annotations
@@ -11,6 +16,19 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from minigrad.grad_mode import state as _grad_mode
+
+# Filled in by bind() (see the module docstring); typed Any so that no import is needed.
+ops: Any = None
+engine: Any = None
+
+
+def bind(ops_module: Any, engine_module: Any) -> None:
+    """Connect Tensor's methods to the ops and the engine (called once, by minigrad/__init__)."""
+    global ops, engine
+    ops, engine = ops_module, engine_module
+
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
 
@@ -98,8 +116,6 @@ class Tensor:
         create_graph: bool = False,
     ) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (see minigrad.engine)."""
-        from minigrad import engine
-
         engine.backward([self], [gradient], retain_graph, create_graph)
 
     def detach(self) -> Tensor:
@@ -157,9 +173,7 @@ class Tensor:
 
     # ----------------------------------------------------------------- in-place (no grad)
     def _check_inplace(self, other: Any = None) -> None:
-        from minigrad.function import is_grad_enabled
-
-        if is_grad_enabled() and (self._rg or (isinstance(other, Tensor) and other._rg)):
+        if _grad_mode.enabled and (self._rg or (isinstance(other, Tensor) and other._rg)):
             raise RuntimeError(
                 "minigrad does not record in-place operations: a tensor that requires grad "
                 "was modified in place with grad enabled; use an out-of-place op or no_grad()"
@@ -441,6 +455,3 @@ def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     """Build a Tensor (copying like torch.tensor). Lists/scalars default to float32."""
     arr = np.array(_as_array(data, dtype), copy=True)
     return Tensor(arr, requires_grad=requires_grad)
-
-
-from minigrad import ops  # noqa: E402  (ops needs Tensor defined first)

@@ -129,7 +129,9 @@ class Linear(Module):
     ) -> None:
         super().__init__()
         rng = rng if rng is not None else np.random.default_rng()
-        bound = 1.0 / np.sqrt(in_features)
+        # torch's bound; with no inputs (in_features == 0) there is nothing to scale, and
+        # torch initialises to 0 rather than dividing by zero
+        bound = 1.0 / np.sqrt(in_features) if in_features > 0 else 0.0
         self.in_features, self.out_features = in_features, out_features
         self.weight = Parameter(
             rng.uniform(-bound, bound, (out_features, in_features)).astype(dtype)

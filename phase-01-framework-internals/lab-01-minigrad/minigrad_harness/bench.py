@@ -1,20 +1,33 @@
-"""One MLP training step three ways: minigrad, hand-written NumPy (the floor), torch eager.
+"""Benchmark: one 2-layer-MLP training step in minigrad vs hand-written NumPy vs torch eager.
+
+    python -m minigrad bench                  # both sizes, 1 thread, prints the table
+    python -m minigrad bench --threads 2      # let BLAS / torch use 2 threads
+    python -m minigrad bench --quick          # shorter time budget per size
+    python -m minigrad bench --out r.json     # also write the raw figures as JSON
 
 The network is Linear(h, h) -> ReLU -> Linear(h, 10) -> cross-entropy on a (batch, h) input,
-updated with plain SGD. The timing loop interleaves the three variants in short blocks so that
-load from other processes hits them alike; figures are medians of single steps.
+updated with plain SGD. A benchmark, not a test: nothing here asserts. All three variants run
+in this one process, interleaved in short blocks so that load from other processes hits them
+alike, and the table quotes medians of single steps and ratios from this run only. Threads
+default to 1 for every library: on a shared machine a multi-threaded BLAS call waits for a
+second core, and that scheduling noise (tens of ms) would swamp the per-op overhead measured.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import platform
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
+from pathlib import Path
 
 import minigrad
 import minigrad.nn.functional as F
+import numpy as np
 from minigrad import nn, optim
 
 N_CLASSES = 10
@@ -159,3 +172,59 @@ def bench_size(
         rounds += 1
     med = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
     return BenchRow(batch, hidden, med["minigrad"], med["numpy"], med["torch"])
+
+
+def _print_table(rows: list[BenchRow], threads: int) -> None:
+    header = (
+        f"{'(batch, hidden)':>16} | {'minigrad ms':>11} | {'NumPy ms':>9} | {'torch ms':>9} | "
+        f"{'mg/NumPy':>8} | {'mg/torch':>8}"
+    )
+    print(f"MLP training step, median, {threads} thread(s)")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{f'({r.batch}, {r.hidden})':>16} | {r.minigrad_ms:11.3f} | {r.numpy_ms:9.3f} | "
+            f"{r.torch_ms:9.3f} | {r.vs_numpy:7.2f}x | {r.vs_torch:7.2f}x"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m minigrad bench", description=__doc__)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--threads", type=int, default=1, help="BLAS/torch threads (default 1)")
+    parser.add_argument("--quick", action="store_true", help="1 s budget per size instead of 6")
+    parser.add_argument("--out", type=Path, default=None, help="write the figures to this JSON")
+    args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error(f"--threads must be at least 1, got {args.threads}")
+    if args.out is not None and (args.out.is_dir() or not args.out.parent.is_dir()):
+        parser.error(f"--out {args.out}: not a file path in an existing folder")
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(args.threads)
+    budget = 1.0 if args.quick else 6.0
+    with threadpool_limits(args.threads):
+        rows = [
+            bench_size(64, 128, budget_s=budget, max_rounds=500, block=10),
+            bench_size(1024, 1024, budget_s=budget * 2, max_rounds=20, block=2),
+        ]
+    _print_table(rows, args.threads)
+    if args.out is not None:
+        result = {
+            "threads": args.threads,
+            "python": sys.version.split()[0],
+            "numpy": np.__version__,
+            "torch": torch.__version__,
+            "machine": platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "rows": [r.as_dict() for r in rows],
+        }
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

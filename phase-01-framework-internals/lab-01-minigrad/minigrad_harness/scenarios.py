@@ -1,19 +1,19 @@
-"""The case tables shared by test_lab.py and the demo report: one line per checked expression.
+"""The case tables shared by the tests and the demo report: one line per checked expression.
 
 Each GRAD_CASES expression runs unchanged in minigrad and torch (``F`` is either library's
-``nn.functional``) through :func:`minigrad.testing.compare_with_torch`.
+``nn.functional``) through :func:`minigrad_harness.testing.compare_with_torch`.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
+import minigrad
 import minigrad.nn.functional as F
+import numpy as np
 
 TOL = 1e-5  # the issue's relative tolerance against torch
 TARGETS = np.array([0, 3, 1, 2, 3])  # integer class ids for the (5, 4) logits below
 ROWS = np.array([2, 0, 2])  # an integer index with a repeat: its gradient must accumulate
-# Float arrays are fixed inputs that require grad (see minigrad.testing).
+# Float arrays are fixed inputs that require grad (see minigrad_harness.testing).
 TIES = np.array([[1.0, 3.0, 3.0], [0.5, -2.0, 2.0]])  # two-way ties: the max splits evenly
 ZERO_BASE = np.array([0.0, 0.0, 1.5])  # pow at a zero base: torch's gradient is 0, not nan
 EXPONENT = np.array([1.0, 2.0, 0.5])
@@ -130,3 +130,37 @@ GRADGRAD_CASES = [
     ("linear_relu", lambda x, w: F.linear(x, w).relu() * x.sum(), [(3, 4), (2, 4)]),
     ("clone", lambda x: x.clone() * x.clone().tanh(), [(3, 4)]),
 ]
+
+
+# Custom Functions written exactly as torch.autograd.Functions (used by the tests).
+class Swish(minigrad.Function):
+    """x * sigmoid(x), written exactly like a torch.autograd.Function."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x.sigmoid()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        # Recomputed from the saved *input*, so create_graph differentiates through it.
+        s = x.sigmoid()
+        return grad_output * (s + x * s * (1 - s))
+
+
+class SwishSavingSigmoid(minigrad.Function):
+    """Saves sigmoid(x) from forward: fine for first order, but that tensor was made under
+    no_grad, so it is a constant to create_graph and the second derivative comes out wrong
+    (in torch too). gradgradcheck must catch it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        s = x.sigmoid()
+        ctx.save_for_backward(x, s)
+        return x * s
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, s = ctx.saved_tensors
+        return grad_output * (s + x * s * (1 - s))

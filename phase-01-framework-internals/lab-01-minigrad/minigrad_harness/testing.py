@@ -14,9 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 import minigrad
+import numpy as np
 from minigrad.tensor import Tensor
 
 InputSpec = tuple[int, ...] | np.ndarray
@@ -86,10 +85,9 @@ def compare_with_torch(
 ) -> Comparison:
     """Evaluate ``expr`` in both libraries on the same float64 inputs; compare the outputs and
     the gradients (for a random upstream gradient), and optionally run minigrad.gradcheck."""
+    import minigrad.nn.functional as mg_f
     import torch
     import torch.nn.functional as torch_f
-
-    import minigrad.nn.functional as mg_f
 
     arrays = make_inputs(specs, seed, positive)
     diff = [requires_grad(s) for s in specs]
@@ -122,10 +120,9 @@ def second_order_with_torch(
 ) -> float:
     """Hessian-vector product d/dx <d expr/dx, v> in both libraries (create_graph=True);
     returns the largest relative error over the first-order grads and the HVPs."""
+    import minigrad.nn.functional as mg_f
     import torch
     import torch.nn.functional as torch_f
-
-    import minigrad.nn.functional as mg_f
 
     arrays = make_inputs(specs, seed, positive)
     diff = [requires_grad(s) for s in specs]
@@ -154,3 +151,26 @@ def second_order_with_torch(
         lambda y, w, **k: torch.autograd.grad(y, w, **k),
     )
     return max(relative_error(a, b) for a, b in zip(ours, theirs, strict=True))
+
+
+def attention_matches_torch(
+    shapes: Sequence[tuple[int, ...]], seed: int, tol: float = 1e-5
+) -> tuple[list[np.ndarray], Tensor]:
+    """minigrad's fused attention against torch's SDPA on the same float64 inputs: output and
+    every input's gradient within ``tol``. Returns the input arrays and minigrad's output."""
+    import torch
+    from minigrad.attention import scaled_dot_product_attention
+
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(s) for s in shapes]
+    ours = [minigrad.Tensor(a.copy(), requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    out = scaled_dot_product_attention(*ours)
+    ref = torch.nn.functional.scaled_dot_product_attention(*theirs)
+    upstream = rng.standard_normal(ref.shape)
+    out.backward(upstream)
+    ref.backward(torch.from_numpy(upstream))
+    assert relative_error(out.data, ref.detach().numpy()) < tol
+    for m, t in zip(ours, theirs, strict=True):
+        assert relative_error(m.grad.data, t.grad.numpy()) < tol
+    return arrays, out

@@ -7,10 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import numpy as np
-
 import minigrad
 import minigrad.nn.functional as F
+import numpy as np
 from minigrad import nn, optim
 
 HIDDEN = 64

@@ -5,19 +5,19 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import minigrad
 import numpy as np
 from phase01_common.report import Check, Image, Section, Table, step
 
-import minigrad
-from minigrad.cases import GRAD_CASES, GRADGRAD_CASES, SECOND_ORDER_CASES, TOL
-from minigrad.digits_mlp import (
+from minigrad_harness.digits_mlp import (
     curve_relative_difference,
     initial_weights,
     load_digits_split,
     train_minigrad,
     train_torch,
 )
-from minigrad.testing import compare_with_torch, second_order_with_torch
+from minigrad_harness.scenarios import GRAD_CASES, GRADGRAD_CASES, SECOND_ORDER_CASES, TOL
+from minigrad_harness.testing import compare_with_torch, second_order_with_torch
 
 
 def _gradient_checks(quick: bool) -> tuple[list[Check], Table]:
@@ -60,7 +60,7 @@ def _gradient_checks(quick: bool) -> tuple[list[Check], Table]:
     return checks, table
 
 
-def _mlp(out_dir: Path) -> tuple[list[Check], Table, Image]:
+def _mlp(out_dir: Path) -> tuple[list[Check], Table, Image, float]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -112,7 +112,7 @@ def _mlp(out_dir: Path) -> tuple[list[Check], Table, Image]:
         ],
     )
     image = Image(path, "Loss curves of the same network from the same initial weights.")
-    return checks, table, image
+    return checks, table, image, rel
 
 
 def _second_order() -> list[Check]:
@@ -138,12 +138,14 @@ def _benchmark() -> Table:
     import torch
     from threadpoolctl import threadpool_limits
 
-    from minigrad.bench_mlp import bench_size
+    from minigrad_harness.bench import bench_size
 
     prev = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with threadpool_limits(1):  # see bench.py: one thread keeps shared-CPU noise out
+        with threadpool_limits(
+            1
+        ):  # see minigrad_harness/bench.py: one thread keeps shared-CPU noise out
             rows = [
                 bench_size(64, 128, budget_s=1.5),
                 bench_size(1024, 1024, budget_s=3.0, max_rounds=4, block=2),
@@ -167,20 +169,32 @@ def _benchmark() -> Table:
     )
 
 
+def _headline(grad_table: Table, mlp_table: Table, curve_rel: float) -> list[tuple[str, str]]:
+    """The three figures that open the report: gradients, loss curve, accuracy."""
+    worst = max(max(row[2], row[3]) for row in grad_table.rows)
+    accuracy = mlp_table.rows[0][3]
+    return [
+        ("worst gradient error vs torch", f"{worst:.1e} (limit {TOL:g})"),
+        ("MLP loss curve vs torch", f"{curve_rel:.1e} relative (limit 1e-5)"),
+        ("held-out accuracy (digits MLP)", f"{accuracy:.3f} (limit 0.90)"),
+    ]
+
+
 def build_section(out_dir: Path, quick: bool) -> Section:
     """Run Lab 01's main job: gradient checks, the digits MLP vs torch, second order, (bench)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     section = Section("Lab 01 — minigrad: reverse-mode autodiff on NumPy")
     with step("gradient checks vs PyTorch"):
-        checks, table = _gradient_checks(quick)
+        checks, grad_table = _gradient_checks(quick)
         section.checks += checks
-        section.tables.append(table)
+        section.tables.append(grad_table)
     with step("2-layer MLP on load_digits, minigrad and PyTorch"):
-        checks, table, image = _mlp(out_dir)
+        checks, mlp_table, image, curve_rel = _mlp(out_dir)
         section.checks += checks
-        section.tables.append(table)
+        section.tables.append(mlp_table)
         section.images.append(image)
+    section.headline = _headline(grad_table, mlp_table, curve_rel)
     with step("second-order gradients"):
         section.checks += _second_order()
     if not quick:

@@ -1,20 +1,19 @@
 """Small runnable demonstrations for HITCHHIKERS-GUIDE.md.
 
-python -m minigrad.explain graph         # the DAG, dependency counts, execution order
-python -m minigrad.explain why-topo      # propagate-on-arrival vs topological order
-python -m minigrad.explain recursion     # recursive DFS fails on a 10,000-op chain
-python -m minigrad.explain cycle         # what the engine does with a cycle
-python -m minigrad.explain create-graph  # Newton's method, HVP, gradient penalty
-python -m minigrad.explain torch         # the same graph as PyTorch records it
+python -m minigrad explain graph         # the DAG, dependency counts, execution order
+python -m minigrad explain why-topo      # propagate-on-arrival vs topological order
+python -m minigrad explain recursion     # recursive DFS fails on a 10,000-op chain
+python -m minigrad explain cycle         # what the engine does with a cycle
+python -m minigrad explain create-graph  # Newton's method, HVP, gradient penalty
+python -m minigrad explain torch         # the same graph as PyTorch records it
 """
 
 from __future__ import annotations
 
 import sys
 
-import numpy as np
-
 import minigrad
+import numpy as np
 from minigrad.engine import _count_dependencies
 from minigrad.tensor import Tensor
 
@@ -181,6 +180,9 @@ DEMOS = {
 
 
 def main(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
     names = argv or list(DEMOS)
     unknown = [n for n in names if n not in DEMOS]
     if unknown:

@@ -1,0 +1,48 @@
+"""``python -m minigrad demo [--quick] [--out DIR]``: run Lab 01's main job, print its checks.
+
+Gradient checks against PyTorch, the digits MLP trained in both libraries, second order and
+(without --quick) a short benchmark. The loss-curve plot goes to ``--out``; without it, to a
+temporary folder that is removed before the command returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from phase01_common.report import section_text
+
+from minigrad_harness.report_section import build_section
+
+
+def _usable_out_dir(out: Path) -> str | None:
+    """Why ``out`` cannot hold the demo's files, in one line; None when it can."""
+    if out.exists() and not out.is_dir():
+        return f"--out {out}: is a file, not a folder"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"--out {out}: cannot create the folder ({e.strerror or e})"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m minigrad demo", description=__doc__)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--quick", action="store_true", help="skip finite differences and bench")
+    parser.add_argument("--out", type=Path, default=None, help="folder to keep the plot in")
+    args = parser.parse_args(argv)
+    if args.out is not None:
+        problem = _usable_out_dir(args.out)
+        if problem:
+            parser.exit(2, f"error: {problem}\n")
+        section = build_section(args.out, quick=args.quick)
+        print(section_text(section))
+        print(f"plot written to {args.out}")
+    else:
+        with tempfile.TemporaryDirectory(prefix="minigrad-demo-") as tmp:
+            section = build_section(Path(tmp), quick=args.quick)
+            print(section_text(section))
+        print("(plot not kept: pass --out DIR to keep it)")
+    return 0 if section.passed else 1

@@ -1,0 +1,72 @@
+"""``python -m minigrad``: the commands, one-line errors with exit code 2, no leftovers."""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from pathlib import Path
+
+import minigrad
+import minigrad.nn.functional as F
+import numpy as np
+import pytest
+import torch
+from minigrad.__main__ import main as minigrad_main
+from minigrad_harness import demo
+from phase01_common.report import Section
+
+
+def test_help_lists_every_command(capsys):
+    assert minigrad_main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("demo [--quick] [--out DIR]", "bench", "explain"):
+        assert command in out
+
+
+@pytest.mark.parametrize("make_out", [lambda tmp: Path("/proc/nope"), lambda tmp: tmp / "a-file"])
+def test_demo_bad_out_is_one_line_and_exit_2(make_out, tmp_path, capsys, monkeypatch):
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setattr(demo, "build_section", lambda *a, **k: pytest.fail("must not run"))
+    out = make_out(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        minigrad_main(["demo", "--out", str(out)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(out) in err and "Traceback" not in err
+
+
+def test_demo_without_out_leaves_no_temporary_folder(tmp_path, monkeypatch, capsys):
+    def fake_section(out_dir: Path, quick: bool) -> Section:
+        (out_dir / "lab01_mlp_loss.png").write_bytes(b"png")  # what the real one writes
+        return Section("fake")
+
+    monkeypatch.setattr(demo, "build_section", fake_section)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert minigrad_main(["demo", "--quick"]) == 0
+    assert not list(tmp_path.glob("minigrad-demo-*"))
+
+
+def test_out_of_range_target_names_the_target():
+    logits = minigrad.tensor(np.zeros((3, 4)), requires_grad=True)
+    with pytest.raises(IndexError, match="Target 7 is out of bounds") as exc:
+        F.cross_entropy(logits, np.array([0, 7, 1]))
+    assert "invalid input shapes" not in str(exc.value)
+    with pytest.raises(IndexError, match="Target -2 is out of bounds"):
+        F.cross_entropy(logits, np.array([0, 1, -2]))
+    with pytest.raises(IndexError):  # torch refuses it too
+        torch.nn.functional.cross_entropy(torch.zeros(3, 4), torch.tensor([0, 7, 1]))
+
+
+def test_linear_with_no_inputs_works_like_torch():
+    with warnings.catch_warnings():  # torch: "Initializing zero-element tensors is a no-op"
+        warnings.simplefilter("ignore", UserWarning)
+        theirs = torch.nn.Linear(0, 3)
+    ours = minigrad.nn.Linear(0, 3)
+    assert ours.weight.shape == tuple(theirs.weight.shape) == (3, 0)
+    x = minigrad.tensor(np.zeros((2, 0), np.float32))
+    y = ours(x)
+    assert y.shape == (2, 3)
+    np.testing.assert_array_equal(y.data, np.broadcast_to(ours.bias.data, (2, 3)))
+    y.sum().backward()
+    np.testing.assert_array_equal(ours.bias.grad.data, [2.0, 2.0, 2.0])
+    assert ours.weight.grad.shape == (3, 0)
