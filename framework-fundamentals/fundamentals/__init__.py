@@ -10,7 +10,8 @@ One module per question:
 Extra (a spec interview question): :mod:`fundamentals.attention`, a custom backward for fused
 attention that saves the row log-sum-exp instead of the n × n probabilities.
 
-``python -m fundamentals`` runs every answer; :mod:`fundamentals.report_section` feeds the
-demo report. Heavy libraries (TensorFlow, transformers, minigrad) are imported inside the
-modules that need them, so importing this package stays cheap.
+``python -m fundamentals --help`` lists the commands (one per question, and ``demo``, which
+runs them all); the demo and the report section live beside this package, in
+``fundamentals_harness``. Heavy libraries (TensorFlow, transformers, minigrad) are imported
+inside the modules that need them, so importing this package stays cheap.
 """

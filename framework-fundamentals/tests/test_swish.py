@@ -10,7 +10,7 @@ import torch
 from fundamentals.swish import Swish, SwishFunction, SwishMLP, swish
 from fundamentals.swish_minigrad import SwishModule
 from fundamentals.swish_minigrad import swish as minigrad_swish
-from minigrad.testing import compare_with_torch, second_order_with_torch
+from minigrad_harness.testing import compare_with_torch, second_order_with_torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
