@@ -1,1 +1,1 @@
-"""Serving: the v2 inference server, its dynamic batcher, backends, metrics and Ray Serve deployment."""
+"""Serving: the v2 server, dynamic batcher, backends, metrics and Ray Serve deployment."""

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
 from inference_pipeline.serving.batcher import (
     BatcherClosedError,
     DynamicBatcher,
@@ -33,8 +36,6 @@ from inference_pipeline.serving.protocol import (
     encode_infer_response,
     parse_infer_request,
 )
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("inference_pipeline.serving")
 SERVER_NAME = "inference_pipeline"
@@ -103,10 +104,18 @@ class InferenceServer:
             types = {spec.name: spec.datatype for spec in model.outputs}
             self.entries[model.name] = ServedEntry(model, batcher, types)
         self.ready = False
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.app = self._build_app()
+
+    def begin_shutdown(self) -> None:
+        """SIGTERM: report not ready, refuse new requests, run queued ones at once."""
+        self.ready = False
+        for entry in self.entries.values():
+            entry.batcher.begin_close()
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI):
+        self.loop = asyncio.get_running_loop()
         for entry in self.entries.values():
             await entry.batcher.start()
         self.ready = True

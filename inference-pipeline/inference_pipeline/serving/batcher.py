@@ -116,6 +116,12 @@ class DynamicBatcher:
         )
         self._scheduler = asyncio.create_task(self._schedule(), name=f"{self.name}-batcher")
 
+    def begin_close(self) -> None:
+        """Refuse new work from now on and run what is queued without waiting for more."""
+        self._closing = True
+        if self._wake is not None:
+            self._wake.set()
+
     async def close(self) -> None:
         """Refuse new work, finish every accepted request, then stop the workers."""
         self._closing = True

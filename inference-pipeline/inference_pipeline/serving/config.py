@@ -89,6 +89,11 @@ class BatchingSettings:
         changes = {key: value for key, value in overrides.items() if value is not None}
         if "preferred_batch_sizes" in changes:
             changes["preferred_batch_sizes"] = tuple(sorted(set(changes["preferred_batch_sizes"])))
+        elif "max_batch_size" in changes:  # a smaller max drops the preferred sizes above it
+            limit = changes["max_batch_size"]
+            changes["preferred_batch_sizes"] = tuple(
+                size for size in self.preferred_batch_sizes if size <= limit
+            )
         updated = dataclasses.replace(self, **changes)
         updated.validate()
         return updated

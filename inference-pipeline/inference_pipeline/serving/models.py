@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from inference_pipeline.serving.backends import Backend, default_threads, make_backend
 from inference_pipeline.serving.config import (
     BatchingSettings,

@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from inference_pipeline.serving.config import TensorSpec
 from inference_pipeline.serving.models import V2_TO_NUMPY
 

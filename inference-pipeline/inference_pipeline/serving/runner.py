@@ -13,10 +13,25 @@ import signal
 import socket
 
 import uvicorn
+
 from inference_pipeline.serving.app import DEFAULT_MAX_REQUEST_BYTES, InferenceServer
 from inference_pipeline.serving.models import ServedModel
 
 log = logging.getLogger("inference_pipeline.serving")
+
+
+class _DrainingServer(uvicorn.Server):
+    """uvicorn's server, telling the batchers to drain as soon as the signal arrives."""
+
+    def __init__(self, config: uvicorn.Config, inference: InferenceServer) -> None:
+        super().__init__(config)
+        self.inference = inference
+
+    def handle_exit(self, sig: int, frame: object) -> None:
+        super().handle_exit(sig, frame)
+        log.info("shutting down", extra={"signal": signal.Signals(sig).name})
+        if self.inference.loop is not None:
+            self.inference.loop.call_soon_threadsafe(self.inference.begin_shutdown)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -58,6 +73,6 @@ def run_server(
             "models": list(server.entries),
         },
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    _DrainingServer(config, server).run(sockets=[sock])
     log.info("stopped", extra={"port": bound_port})
     return 0
