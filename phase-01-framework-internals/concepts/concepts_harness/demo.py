@@ -1,0 +1,20 @@
+"""``python -m concepts demo [--quick] [--out DIR]``: every concept run, its figures printed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from phase01_common.report import section_text
+
+from concepts_harness.report_section import build_section
+
+
+def run_demo(out_dir: Path, quick: bool) -> int:
+    """Build the report section into ``out_dir`` and print it; exit status 0 if all checks pass."""
+    section = build_section(out_dir, quick=quick)
+    for label, value in section.headline:
+        print(f"* {label}: {value}")
+    print(section_text(section, max_rows=40))
+    for image in section.images:
+        print(f"plot: {image.path}")
+    return 0 if section.passed else 1
