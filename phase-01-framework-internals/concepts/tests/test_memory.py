@@ -107,3 +107,15 @@ def test_cuda_tour_refuses_without_a_gpu():
         pytest.skip("this machine has a CUDA GPU; the refusal is for CPU-only builds")
     with pytest.raises(RuntimeError, match=NEEDS_CUDA):
         cuda_allocator_tour()
+
+
+def test_checkpoint_refuses_a_segment_that_recomputes_differently():
+    x = minigrad.tensor(np.ones((3, 3)), requires_grad=True)
+    calls = []
+
+    def noisy(t: minigrad.Tensor) -> minigrad.Tensor:  # like dropout: a new draw per call
+        calls.append(1)
+        return t * float(len(calls))
+
+    with pytest.raises(RuntimeError, match="different output"):
+        checkpoint(noisy, x).sum().backward()

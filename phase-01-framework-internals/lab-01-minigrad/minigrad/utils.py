@@ -3,8 +3,10 @@
 ``checkpoint(fn, *args)`` runs ``fn`` without recording a graph, so none of its intermediate
 activations are kept: only its inputs are saved. In backward it runs ``fn`` again, this time
 recording, and differentiates that fresh graph with ``minigrad.grad``: the gradients are the
-ones a plain call gives, bit for bit, because the same ops run on the same values (minigrad
-has no random ops whose state would need replaying).
+ones a plain call gives, bit for bit, because the same ops run on the same values. ``fn`` must
+therefore compute the same values twice: a random op inside it (dropout) would draw anew in
+the recompute, so the recomputed output is compared with a digest of the forward's and a
+mismatch is an error rather than a silently wrong gradient.
 
 The parameters ``fn`` uses must be visible to the checkpoint, because the node it records is
 the only way their gradients can leave the segment: they are taken from ``fn.parameters()``
@@ -15,6 +17,7 @@ through the ordinary engine, so ``loss.backward()`` and ``minigrad.grad`` both w
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -39,6 +42,7 @@ class _Checkpoint(Function):
             raise TypeError(
                 f"checkpoint: fn must return one minigrad Tensor, got {type(out).__name__}"
             )
+        ctx.digest = _digest(out)
         return out
 
     @staticmethod
@@ -60,9 +64,20 @@ class _Checkpoint(Function):
         wanted = [t for t, need in zip((*inputs, *ctx.params), needs, strict=True) if need]
         with enable_grad():
             out = ctx.fn(*inputs)
+        if _digest(out) != ctx.digest:
+            raise RuntimeError(
+                "checkpoint: recomputing fn gave a different output than the forward pass "
+                "(a random op such as dropout inside fn?); gradients would be wrong"
+            )
         found = iter(minigrad.grad(out, wanted, grad_output, allow_unused=True) if wanted else ())
         grads = tuple(next(found) if need else None for need in needs)
         return (None, None, *grads)
+
+
+def _digest(t: Tensor) -> bytes:
+    """A 16-byte fingerprint of the values (cheaper to keep than the output itself)."""
+    data = t.detach().numpy()
+    return hashlib.blake2b(data.tobytes() + str(data.dtype).encode(), digest_size=16).digest()
 
 
 def checkpoint(
