@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # GPU validation for Lab 02, in one go (about 6 minutes on one H200, never more than 9):
 #   1. build warp_softmax.so against this machine's CUDA torch (the .cu kernels included),
-#   2. run test_lab.py (every device-parametrized test also runs on CUDA),
-#   3. run the CUDA benchmark (and a quick CPU one),
+#   2. run test_lab.py and tests/ (every device-parametrized test also runs on CUDA: softmax,
+#      log_softmax, dtype=, FP8 in and out),
+#   3. `python -m warp_softmax check --device cuda` and the CUDA benchmark (FP8 and dtype= paths
+#      included), and a quick CPU one,
 #   4. run every CUDA kernel path under compute-sanitizer memcheck (where the runtime allows),
 # writing everything to one log: ${OUT:-gpu_results}/gpu_check.log (+ bench JSON/PNG there).
 #
 #   PYTHON=python3 OUT=/some/dir ./gpu_check.sh
 #
-# Works offline: needs python with a CUDA build of torch, nvcc and ninja. If pytest is not
-# installed, gpu/mini_pytest.py runs test_lab.py instead. Each step gets at most its own limit
-# and never more than what is left of BUDGET_S (default 540 s), so the log always ends with a
-# summary line even on a slow machine.
+# Works offline with any Python torch supports (3.10-3.12; the GPU machine has 3.12): needs
+# python with a CUDA build of torch, setuptools, nvcc and ninja. Nothing is installed: the
+# library is built in place and both packages (warp_softmax, warp_softmax_harness) are found
+# from this folder through PYTHONPATH. If pytest is not installed, gpu/mini_pytest.py runs the
+# tests instead. Each step gets at most its own limit and never more than what is left of
+# BUDGET_S (default 540 s), so the log always ends with a summary line even on a slow machine.
 set -uo pipefail
 cd "$(dirname "$0")"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
 OUT=${OUT:-gpu_results}
 BUDGET_S=${BUDGET_S:-540}
@@ -60,10 +65,10 @@ build() {
 
 tests() {
   if "$PY" -c "import pytest" 2>/dev/null; then
-    "$PY" -m pytest test_lab.py -q -p no:cacheprovider -rs --durations=8
+    "$PY" -m pytest test_lab.py tests -q -p no:cacheprovider -rs --durations=8
   else
     echo "(pytest not installed: using gpu/mini_pytest.py)"
-    "$PY" gpu/mini_pytest.py test_lab.py
+    "$PY" gpu/mini_pytest.py test_lab.py tests
   fi
 }
 
@@ -74,8 +79,8 @@ sanitize() {
   if ! command -v compute-sanitizer > /dev/null; then
     echo "compute-sanitizer not found"; return 0
   fi
-  local code="import sys; sys.path.insert(0, '.'); import torch, warp_softmax
-from warp_softmax.testing import check_kernel_paths
+  local code="import torch, warp_softmax
+from warp_softmax_harness.compare import check_kernel_paths
 print('cases', check_kernel_paths('cuda', (torch.float32, torch.bfloat16, torch.float16)))"
   compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 "$PY" -c "$code" \
     > "$OUT/sanitizer.log" 2>&1
@@ -98,9 +103,10 @@ export -f build tests sanitize
 
   status=0
   if step "build (setup.py build_ext --inplace, CUDA kernels included)" 240 build; then
-    step "tests (test_lab.py, CPU and CUDA)" 240 tests || status=1
-    step "CUDA benchmark" 120 "$PY" bench.py --device cuda --out "$OUT" || status=1
-    step "CPU benchmark (quick)" 45 "$PY" bench.py --device cpu --quick --out "$OUT/cpu" || status=1
+    step "tests (test_lab.py and tests/, CPU and CUDA)" 240 tests || status=1
+    step "accuracy sweep and opcheck on CUDA" 60 "$PY" -m warp_softmax check --device cuda || status=1
+    step "CUDA benchmark" 120 "$PY" -m warp_softmax bench --device cuda --out "$OUT" || status=1
+    step "CPU benchmark (quick)" 45 "$PY" -m warp_softmax bench --device cpu --quick --out "$OUT/cpu" || status=1
     step "compute-sanitizer memcheck, every kernel path" 120 sanitize || status=1
   else
     status=1

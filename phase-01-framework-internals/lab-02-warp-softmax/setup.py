@@ -1,20 +1,24 @@
 """Builds warp_softmax/warp_softmax.so with torch.utils.cpp_extension.
 
-    python setup.py build_ext --inplace
+    pip install --no-deps --no-build-isolation -e .     (what `make setup` runs)
+    python setup.py build_ext --inplace                  (the same build, without pip)
 
-The library holds the op's schema and all its kernels (CPU, Meta, Autograd, Autocast, and CUDA
-when the installed torch has CUDA), so ``torch.ops.load_library`` on that one file is enough.
+The library holds the ops' schemas and all their kernels (CPU, Meta, Autograd, Autocast, and
+CUDA when the installed torch has CUDA), so ``torch.ops.load_library`` on that one file is enough.
 
 The CPU kernel is compiled three times, once per instruction set, each file with its own flags
 (ATen's Vectorized picks its width from CPU_CAPABILITY_* macros); the library chooses the widest
 one the CPU supports when it first runs. No file is built with -march=native, so the .so runs
-on any x86-64 CPU.
+on any x86-64 CPU. The per-variant flags live in csrc/simd_flags.json, which CMakeLists.txt
+reads too, so the two builds cannot drift apart.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -23,23 +27,31 @@ from torch.utils import cpp_extension
 
 HERE = Path(__file__).resolve().parent
 CSRC = Path("csrc")
-
-# Per-capability flags, the same instruction sets ATen's own AVX2 / AVX512 kernels assume.
-CAPABILITY_FLAGS: dict[str, list[str]] = {
-    "default": ["-DCPU_CAPABILITY=DEFAULT", "-DCPU_CAPABILITY_DEFAULT"],
-    "avx2": ["-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2", "-mavx2", "-mfma", "-mf16c"],
-    "avx512": [
-        "-DCPU_CAPABILITY=AVX512",
-        "-DCPU_CAPABILITY_AVX512",
-        "-mavx512f",
-        "-mavx512bw",
-        "-mavx512vl",
-        "-mavx512dq",
-        "-mavx2",
-        "-mfma",
-        "-mf16c",
-    ],
+SIMD_FLAGS: dict[str, dict[str, list[str]]] = {
+    name: flags
+    for name, flags in json.loads((HERE / CSRC / "simd_flags.json").read_text()).items()
+    if not name.startswith("_")
 }
+# Architectures compiled when no GPU is visible and TORCH_CUDA_ARCH_LIST is unset: Ampere and
+# Hopper machine code, plus Hopper PTX that the driver can JIT for newer GPUs.
+DEFAULT_CUDA_ARCH_LIST = "8.0;9.0+PTX"
+
+
+def capability_flags(capability: str) -> list[str]:
+    """The compiler flags of one CPU kernel variant (csrc/simd_flags.json)."""
+    flags = SIMD_FLAGS[capability]
+    return [f"-D{d}" for d in flags["defines"]] + flags["options"]
+
+
+def default_cuda_arch_list(environ: Mapping[str, str], gpu_visible: bool) -> str | None:
+    """The TORCH_CUDA_ARCH_LIST to set for a CUDA build, or None to leave torch's choice.
+
+    torch's builder reads the list from the environment or, when unset, from the visible GPUs;
+    with neither it fails deep inside (``arch_list[-1] += '+PTX'``: IndexError). A build on a
+    machine without a GPU (a CI runner, a container build) therefore gets a default list."""
+    if environ.get("TORCH_CUDA_ARCH_LIST", "").strip() or gpu_visible:
+        return None
+    return DEFAULT_CUDA_ARCH_LIST
 
 
 def _capabilities() -> list[str]:
@@ -56,29 +68,27 @@ def _with_cuda() -> bool:
     return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
 
 
-CAPABILITIES = _capabilities()
-WITH_CUDA = _with_cuda()
 COMMON_CXX_FLAGS = ["-O3", "-fopenmp", "-std=c++20", "-Wall", "-Wno-unknown-pragmas"]
-# GCC 12 warns inside ATen's AVX-512 headers (_mm512_undefined_* idioms); not our code.
-KERNEL_CXX_FLAGS = ["-Wno-maybe-uninitialized", "-Wno-uninitialized"]
-DEFINES = [f"-DWARP_SOFTMAX_HAVE_{cap.upper()}" for cap in CAPABILITIES if cap != "default"]
-if WITH_CUDA:
-    DEFINES.append("-DWARP_SOFTMAX_WITH_CUDA")
+# GCC 12 warns inside ATen's AVX-512 headers (_mm512_undefined_* idioms) and notes an ABI
+# change for 32-byte vector arguments (-Wpsabi) that concerns no interface of ours.
+KERNEL_CXX_FLAGS = ["-Wno-maybe-uninitialized", "-Wno-uninitialized", "-Wno-psabi"]
 
 
 class BuildWarpSoftmax(cpp_extension.BuildExtension):
     """BuildExtension that compiles each capability file with its own flags and names the
     library plainly ``warp_softmax.so`` (no Python ABI tag: it is loaded by path, not import)."""
 
+    capabilities: list[str] = []
+
     def build_extension(self, ext) -> None:  # type: ignore[override]
         objects = []
-        for cap in CAPABILITIES:
+        for cap in self.capabilities:
             source = str(CSRC / f"cpu_kernel_{cap}.cpp")
             objects += self.compiler.compile(
                 [source],
                 output_dir=self.build_temp,
                 include_dirs=ext.include_dirs,
-                extra_postargs={"cxx": COMMON_CXX_FLAGS + KERNEL_CXX_FLAGS + CAPABILITY_FLAGS[cap]},
+                extra_postargs={"cxx": COMMON_CXX_FLAGS + KERNEL_CXX_FLAGS + capability_flags(cap)},
             )
         # Linked after the generic code: the linker keeps the first copy of each inline
         # function shared by several files, so the copy built without -mavx* flags wins.
@@ -89,17 +99,20 @@ class BuildWarpSoftmax(cpp_extension.BuildExtension):
         return os.path.join(*fullname.split(".")) + ".so"
 
 
-def _extension():
+def _extension(capabilities: list[str], with_cuda: bool):
+    defines = [f"-DWARP_SOFTMAX_HAVE_{cap.upper()}" for cap in capabilities if cap != "default"]
+    if with_cuda:
+        defines.append("-DWARP_SOFTMAX_WITH_CUDA")
     sources = [str(CSRC / "warp_softmax.cpp")]
-    extra_compile_args: dict[str, list[str]] = {"cxx": COMMON_CXX_FLAGS + DEFINES}
+    extra_compile_args: dict[str, list[str]] = {"cxx": COMMON_CXX_FLAGS + defines}
     kwargs = {
         "name": "warp_softmax.warp_softmax",
         "include_dirs": [str(HERE / CSRC)],
         "extra_link_args": ["-fopenmp"],
     }
-    if WITH_CUDA:
+    if with_cuda:
         sources.append(str(CSRC / "warp_softmax_cuda.cu"))
-        extra_compile_args["nvcc"] = ["-O3", "-std=c++20", *DEFINES]
+        extra_compile_args["nvcc"] = ["-O3", "-std=c++20", *defines]
         return cpp_extension.CUDAExtension(
             sources=sources, extra_compile_args=extra_compile_args, **kwargs
         )
@@ -108,8 +121,27 @@ def _extension():
     )
 
 
-# Name, version and packages come from pyproject.toml.
-setup(
-    ext_modules=[_extension()],
-    cmdclass={"build_ext": BuildWarpSoftmax.with_options(use_ninja=True)},
-)
+def main() -> None:
+    capabilities = _capabilities()
+    with_cuda = _with_cuda()
+    if with_cuda:
+        gpu_visible = torch.cuda.is_available() and torch.cuda.device_count() > 0
+        arch_list = default_cuda_arch_list(os.environ, gpu_visible)
+        if arch_list is not None:
+            print(
+                f"warp_softmax: no GPU visible and TORCH_CUDA_ARCH_LIST unset; building the "
+                f"CUDA kernels for {arch_list!r} (set TORCH_CUDA_ARCH_LIST to choose)"
+            )
+            os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list
+    BuildWarpSoftmax.capabilities = capabilities
+    # Name, version and packages come from pyproject.toml.
+    setup(
+        ext_modules=[_extension(capabilities, with_cuda)],
+        cmdclass={"build_ext": BuildWarpSoftmax.with_options(use_ninja=True)},
+    )
+
+
+# setuptools (pip's build backend and `python setup.py ...`) runs this file as __main__;
+# tests import it to check default_cuda_arch_list and capability_flags without building.
+if __name__ == "__main__":
+    main()

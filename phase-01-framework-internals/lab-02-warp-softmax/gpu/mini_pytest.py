@@ -1,9 +1,9 @@
 """A stand-in for pytest, for GPU machines whose Python has torch but no pytest and no package
 registry (gpu_check.sh uses it only when `import pytest` fails). It understands exactly what
-test_lab.py uses: mark.parametrize (stacked), mark.skipif, mark.filterwarnings (ignored), param,
-raises, skip, tmp_path.
+the lab's tests use: mark.parametrize (stacked), mark.skipif, mark.filterwarnings (ignored),
+param, raises, skip, tmp_path; a folder argument means its test_*.py files.
 
-    python gpu/mini_pytest.py test_lab.py [-k substring]
+    python gpu/mini_pytest.py test_lab.py tests [-k substring]
 """
 
 from __future__ import annotations
@@ -89,11 +89,30 @@ def _cases(fn):
         yield kwargs
 
 
+def _test_files(args: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for arg in args:
+        path = Path(arg).resolve()
+        files += sorted(path.glob("test_*.py")) if path.is_dir() else [path]
+    return files
+
+
 def main(argv: list[str]) -> int:
     install()
-    path = Path(argv[0]).resolve()
     pattern = argv[argv.index("-k") + 1] if "-k" in argv else ""
-    spec = importlib.util.spec_from_file_location("test_lab", path)
+    paths = [a for i, a in enumerate(argv) if a != "-k" and (i == 0 or argv[i - 1] != "-k")]
+    counts = [0, 0, 0]
+    for path in _test_files(paths):
+        print(f"== {path.name}")
+        for i, n in enumerate(_run_file(path, pattern)):
+            counts[i] += n
+    passed, failed, skipped = counts
+    print(f"mini_pytest: {passed} passed, {failed} failed, {skipped} skipped")
+    return 1 if failed else 0
+
+
+def _run_file(path: Path, pattern: str) -> tuple[int, int, int]:
+    spec = importlib.util.spec_from_file_location(f"mini_pytest_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     passed = failed = skipped = 0
@@ -119,8 +138,7 @@ def main(argv: list[str]) -> int:
             except Exception:
                 failed += 1
                 print(f"FAIL {label}\n{traceback.format_exc()[-2000:]}")
-    print(f"mini_pytest: {passed} passed, {failed} failed, {skipped} skipped")
-    return 1 if failed else 0
+    return passed, failed, skipped
 
 
 if __name__ == "__main__":

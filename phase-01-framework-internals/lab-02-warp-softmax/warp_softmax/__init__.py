@@ -1,12 +1,12 @@
-"""warp_softmax: a softmax written as a PyTorch custom operator in C++ (and CUDA).
+"""warp_softmax: softmax written as a PyTorch custom operator in C++ (and CUDA).
 
-The compiled library ``warp_softmax.so`` (next to this file, built by ``python setup.py
-build_ext --inplace`` in the lab folder) registers everything itself: the schemas
-``warp_softmax::softmax`` and ``warp_softmax::softmax_backward`` and their CPU, Meta, Autograd
-and Autocast kernels (CUDA too where built). This package loads that file, once, adds friendly
-names, and registers only what the library cannot hold: vmap batching rules
-(:mod:`warp_softmax.batching`). ``torch.ops.load_library`` on the same path before or after
-importing it is harmless.
+The compiled library ``warp_softmax.so`` (next to this file, built by the editable install
+``pip install --no-deps --no-build-isolation -e <lab folder>``, which ``make setup`` runs)
+registers everything itself: the schemas ``warp_softmax::softmax`` and
+``warp_softmax::softmax_backward`` and their CPU, Meta, Autograd and Autocast kernels (CUDA too
+where built). This package loads that file, once, adds friendly names, and registers only what
+the library cannot hold: vmap batching rules (:mod:`warp_softmax.batching`).
+``torch.ops.load_library`` on the same path before or after importing it is harmless.
 
     >>> import torch, warp_softmax
     >>> warp_softmax.softmax(torch.randn(2, 8), dim=-1).sum(-1)
@@ -28,8 +28,8 @@ def _load_library() -> None:
     if not LIBRARY_PATH.is_file():
         raise ImportError(
             f"warp_softmax: the compiled library {LIBRARY_PATH} is missing. Build it with\n"
-            f"  cd {LIBRARY_PATH.parent.parent} && python setup.py build_ext --inplace\n"
-            "(or `make build-lab2` at the repository root)."
+            f"  pip install --no-deps --no-build-isolation -e {LIBRARY_PATH.parent.parent}\n"
+            "(or `make setup` at the repository root)."
         )
     # load_library dlopens the file; dlopen of an already-loaded file returns the same handle,
     # so the C++ static registrations run exactly once per process.

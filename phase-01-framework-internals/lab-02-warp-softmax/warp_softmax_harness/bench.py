@@ -1,7 +1,11 @@
 """Benchmark: warp_softmax vs F.softmax, CPU (all of torch's threads) and CUDA when present.
 
-    python bench.py            # full grid, writes results/bench.json and results/bench.png
-    python bench.py --quick    # a few shapes, for a smoke run
+    python -m warp_softmax bench                # full grid -> a new temp folder (printed)
+    python -m warp_softmax bench --quick        # a few shapes, for a smoke run
+    python -m warp_softmax bench --out results  # replace the figures the README quotes
+
+Results go to a fresh temporary folder unless --out names one, so a run never overwrites the
+committed results/ files by accident.
 
 Medians of interleaved calls in one process; speedup = F.softmax time / warp_softmax time;
 GB/s counts each tensor read or written once (forward: x, y; backward adds g, y, dx).
@@ -15,15 +19,13 @@ import json
 import os
 import platform
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
+import warp_softmax
 
-LAB_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(LAB_DIR))
-
-import warp_softmax  # noqa: E402
-from warp_softmax.benchmark import (  # noqa: E402
+from .timing import (
     BenchResult,
     bench_backward_op,
     copy_bandwidth_gbps,
@@ -69,19 +71,45 @@ def cpu_summary(results: list[BenchResult]) -> dict:
     }
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     allocator = (
         contextlib.nullcontext("glibc malloc as is") if args.malloc_as_is else steady_allocator()
     )
     with allocator as allocator_description:
         run(args, allocator_description)
+    return 0
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def output_folder(prog: str, out: Path | None) -> Path:
+    """--out as a folder that exists and is writable (a fresh temp folder when not given);
+    anything else: one line on stderr and exit code 2."""
+    if out is None:
+        return Path(tempfile.mkdtemp(prefix="warp-softmax-bench-"))
+    problem = None
+    if out.exists() and not out.is_dir():
+        problem = "exists and is not a folder"
+    else:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            problem = f"cannot create the folder ({e.strerror})"
+    if problem is None and not os.access(out, os.W_OK):
+        problem = "the folder is not writable"
+    if problem is not None:
+        print(f"{prog}: --out {out}: {problem}", file=sys.stderr)
+        raise SystemExit(2)
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m warp_softmax bench", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--quick", action="store_true", help="a few shapes, fewer repetitions")
-    parser.add_argument("--out", type=Path, default=LAB_DIR / "results", help="output folder")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="output folder (default: a new temp folder)"
+    )
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
     parser.add_argument(
         "--threads",
@@ -102,18 +130,21 @@ def parse_args() -> argparse.Namespace:
         help="leave glibc malloc's moving thresholds alone (default: fix them, see "
         "warp_softmax.benchmark.steady_allocator; as is, some points time page faults)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.threads is not None and args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: this torch sees no CUDA device (torch.cuda.is_available())")
+    args.out = output_folder(parser.prog, args.out)
+    given = sys.argv[1:] if argv is None else argv
+    args.command_line = " ".join(["python -m warp_softmax bench", *given])
     return args
 
 
-def report_header(allocator: str) -> dict:
+def report_header(command_line: str, allocator: str) -> dict:
     """What every JSON report records about how it was measured."""
     return {
-        "command": " ".join(["python", *sys.argv]),
+        "command": command_line,
         "torch": torch.__version__,
         "machine": platform.processor() or platform.machine(),
         "cpu_threads": torch.get_num_threads(),
@@ -134,7 +165,7 @@ def run(args: argparse.Namespace, allocator: str) -> None:
     row_lengths = QUICK_ROW_LENGTHS if args.quick else FULL_ROW_LENGTHS
     modes = ["forward", "forward+backward"]
     dtypes = [torch.float32, torch.bfloat16]
-    report = report_header(allocator)
+    report = report_header(args.command_line, allocator)
     report["threads_used_by_kernel"] = warp_softmax.threads_used(1024, 4096)
     report["results"] = []
     print(
@@ -190,7 +221,6 @@ def run(args: argparse.Namespace, allocator: str) -> None:
         }
         all_results += gpu
     report["results"] = [r.as_dict() for r in all_results]
-    args.out.mkdir(parents=True, exist_ok=True)
     suffix = (
         ("-quick" if args.quick else "")
         + (f"-{args.threads}t" if args.threads else "")
@@ -223,10 +253,9 @@ def run_backward_op(args: argparse.Namespace, allocator: str) -> None:
                     f"speedup {r.speedup:.2f}x",
                     flush=True,
                 )
-    args.out.mkdir(parents=True, exist_ok=True)
     suffix = f"-{args.threads}t" if args.threads else ""
     path = args.out / f"bench-backward-op{suffix}.json"
-    report = report_header(allocator)
+    report = report_header(args.command_line, allocator)
     report["streaming_stores"] = os.environ.get("WARP_SOFTMAX_STREAMING_STORES", "1") != "0"
     report["results"] = results
     path.write_text(json.dumps(report, indent=2))
@@ -234,4 +263,4 @@ def run_backward_op(args: argparse.Namespace, allocator: str) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

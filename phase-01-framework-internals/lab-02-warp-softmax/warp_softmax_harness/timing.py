@@ -1,6 +1,7 @@
-"""Benchmark core shared by bench.py and the demo section: warp_softmax against F.softmax in
-the same process, interleaved call by call so both see the same machine load, reported as
-medians, speedup ratios (F.softmax time / warp_softmax time) and effective GB/s."""
+"""Benchmark core shared by bench.py and the demo section (report_section.py): warp_softmax
+against F.softmax in the same process, interleaved call by call so both see the same machine
+load, reported as medians, speedup ratios (F.softmax time / warp_softmax time) and effective
+GB/s."""
 
 from __future__ import annotations
 
@@ -15,8 +16,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
-from . import softmax, softmax_backward
+from warp_softmax import softmax, softmax_backward
 
 # Bytes moved per element, counting each tensor read or written once.
 BYTES_PER_ELEMENT_FACTOR = {"forward": 2, "forward+backward": 5}  # fwd: x,y; bwd: +g,y,dx

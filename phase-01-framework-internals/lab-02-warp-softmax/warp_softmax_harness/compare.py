@@ -1,13 +1,12 @@
-"""Comparison helpers shared by test_lab.py, bench.py and the demo section: one function runs
-warp_softmax and the reference (F.softmax, or an exact float64 softmax) on the same input and
-checks values, dtype, shape and strides together."""
+"""Comparison helpers shared by the tests, `python -m warp_softmax check`, gpu_check.sh and the
+demo section: one function runs warp_softmax and the reference (F.softmax, or an exact float64
+softmax) on the same input and checks values, dtype, shape and strides together."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-
-from . import softmax
+from warp_softmax import softmax
 
 
 def exact_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:

@@ -1,0 +1,111 @@
+"""The builds: setup.py's choices (SIMD flags, default CUDA architectures), the CMake build
+loaded with torch.ops.load_library, and the package loading the library exactly once."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+import warp_softmax
+from warp_softmax_harness.scenarios import run_in_fresh_python
+
+LAB_DIR = Path(__file__).resolve().parent.parent
+
+
+def load_setup_py():
+    """setup.py as a module: it builds only when run as __main__ (as pip and setuptools do)."""
+    spec = importlib.util.spec_from_file_location("warp_softmax_setup", LAB_DIR / "setup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_default_cuda_arch_list_only_without_gpu_and_without_setting():
+    setup_py = load_setup_py()
+    pick = setup_py.default_cuda_arch_list
+    # No GPU and nothing set: torch's builder would fail (IndexError); a default list instead.
+    assert pick({}, gpu_visible=False) == "8.0;9.0+PTX"
+    assert pick({"TORCH_CUDA_ARCH_LIST": "  "}, gpu_visible=False) == "8.0;9.0+PTX"
+    # A user's list, or a visible GPU (torch reads its architecture), is left alone.
+    assert pick({"TORCH_CUDA_ARCH_LIST": "9.0"}, gpu_visible=False) is None
+    assert pick({}, gpu_visible=True) is None
+    # The default is a list torch's builder accepts.
+    for arch in setup_py.DEFAULT_CUDA_ARCH_LIST.split(";"):
+        assert arch.removesuffix("+PTX") in {"8.0", "8.6", "8.9", "9.0"}, arch
+
+
+def test_simd_flags_come_from_the_shared_file():
+    setup_py = load_setup_py()
+    flags = json.loads((LAB_DIR / "csrc" / "simd_flags.json").read_text())
+    assert setup_py.capability_flags("avx2") == [
+        "-DCPU_CAPABILITY=AVX2",
+        "-DCPU_CAPABILITY_AVX2",
+        *flags["avx2"]["options"],
+    ]
+    assert "-mavx512f" in setup_py.capability_flags("avx512")
+    assert not any(f.startswith("-m") for f in setup_py.capability_flags("default"))
+
+
+def test_package_and_load_library_do_not_register_twice():
+    code = f"""
+        import json, sys, torch
+        path = {str(warp_softmax.LIBRARY_PATH)!r}
+        torch.ops.load_library(path)        # first the .so by path ...
+        import warp_softmax                 # ... then the package, which loads the same file
+        torch.ops.load_library(path)        # ... and once more
+        table = torch._C._dispatch_dump("warp_softmax::softmax")
+        print(json.dumps({{"cpu_kernels": table.count("\\nCPU: registered"),
+                          "ok": float(warp_softmax.softmax(torch.zeros(3)).sum())}}))
+    """
+    result = run_in_fresh_python(code)
+    assert result["cpu_kernels"] == 1
+    assert abs(result["ok"] - 1.0) < 1e-6
+
+
+def test_cmake_build_loads_and_runs(tmp_path):
+    # The slow test of the lab (~30-60 s on 2 cores): CMakeLists.txt with find_package(Torch),
+    # built into a temp folder, loaded by path in a fresh process that never imports the package.
+    cmake, ninja = shutil.which("cmake"), shutil.which("ninja")
+    if cmake is None or ninja is None:
+        pytest.skip("needs cmake and ninja on PATH")
+    build = tmp_path / "build"
+    configure = [
+        cmake, "-S", str(LAB_DIR), "-B", str(build), "-G", "Ninja",
+        f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+        "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
+    ]  # fmt: skip
+    for cmd in (configure, [cmake, "--build", str(build)]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # Each kernel variant was compiled with the flags setup.py uses (one shared file).
+    setup_py = load_setup_py()
+    commands = json.loads((build / "compile_commands.json").read_text())
+    for capability in ("default", "avx2", "avx512"):
+        (entry,) = [c for c in commands if c["file"].endswith(f"cpu_kernel_{capability}.cpp")]
+        args = shlex.split(entry["command"])
+        for flag in setup_py.capability_flags(capability):
+            assert flag in args, (capability, flag, args)
+    library = build / "warp_softmax.so"
+    code = f"""
+        import json, sys, torch
+        torch.ops.load_library({str(library)!r})
+        x = torch.randn(4, 4096, requires_grad=True)
+        y = torch.ops.warp_softmax.softmax(x, -1)
+        y.backward(torch.randn_like(y))
+        print(json.dumps({{
+            "err": (y.detach() - torch.softmax(x.detach(), -1)).abs().max().item(),
+            "grad_finite": bool(torch.isfinite(x.grad).all()),
+            "package_imported": "warp_softmax" in sys.modules,
+            "capability": torch.ops.warp_softmax.cpu_capability(),
+        }}))
+    """
+    result = run_in_fresh_python(code)
+    assert result["err"] <= 1e-6 and result["grad_finite"]
+    assert result["package_imported"] is False
+    assert result["capability"] == warp_softmax.cpu_capability()
