@@ -204,32 +204,39 @@ NEEDS_CUDA = "needs a CUDA GPU"
 
 
 def cuda_allocator_tour(device: str = "cuda") -> dict[str, float]:
-    """The caching allocator's bookkeeping, in MiB: freed blocks stay *reserved* (cached for
-    reuse) until ``empty_cache``; interleaved frees leave holes too small for a bigger request
-    (fragmentation: reserved but inactive bytes)."""
+    """The caching allocator's bookkeeping, in MiB above the starting point.
+
+    Requests over 10 MiB get a segment of their own (rounded to 2 MiB), so 8 blocks of
+    12 MiB are 8 segments. Freeing every other one leaves 48 MiB *reserved* but free (cached,
+    not returned to the driver); a 24 MiB request fits none of those 12 MiB holes and costs a
+    new segment: reserved grows while 48 MiB sit idle — fragmentation. ``empty_cache``
+    returns the unused segments."""
     if not torch.cuda.is_available():
         raise RuntimeError(f"cuda_allocator_tour {NEEDS_CUDA}")
+    torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_stats(device)
 
-    def stats() -> dict[str, float]:
+    def stats(label: str) -> dict[str, float]:
         s = torch.cuda.memory_stats(device)
         return {
-            "allocated": s["allocated_bytes.all.current"] / MiB,
-            "reserved": s["reserved_bytes.all.current"] / MiB,
-            "inactive_split": s["inactive_split_bytes.all.current"] / MiB,
+            f"{label}: {name}": (s[f"{key}.all.current"] - base.get(f"{key}.all.current", 0)) / MiB
+            for name, key in (("allocated", "allocated_bytes"), ("reserved", "reserved_bytes"))
         }
 
     out: dict[str, float] = {}
-    blocks = [torch.empty(4 * MiB, dtype=torch.uint8, device=device) for _ in range(8)]
-    out.update({f"8x4MiB {k}": v for k, v in stats().items()})
-    del blocks[::2]  # free every other block: 16 MiB free, in 4 MiB holes
-    out.update({f"after freeing half {k}": v for k, v in stats().items()})
-    big = torch.empty(8 * MiB, dtype=torch.uint8, device=device)  # fits no 4 MiB hole
-    out.update({f"plus one 8MiB {k}": v for k, v in stats().items()})
+    blocks = [torch.empty(12 * MiB, dtype=torch.uint8, device=device) for _ in range(8)]
+    out |= stats("8 x 12 MiB")
+    del blocks[::2]
+    out |= stats("every other freed")
+    big = torch.empty(24 * MiB, dtype=torch.uint8, device=device)
+    out |= stats("plus 24 MiB")
     del big, blocks
-    out.update({f"all freed {k}": v for k, v in stats().items()})
+    out |= stats("all freed")
     torch.cuda.empty_cache()
-    out.update({f"after empty_cache {k}": v for k, v in stats().items()})
-    out["peak allocated"] = torch.cuda.max_memory_allocated(device) / MiB
+    out |= stats("after empty_cache")
+    out["segments cudaMalloc'd"] = float(
+        torch.cuda.memory_stats(device)["segment.all.allocated"]
+        - base.get("segment.all.allocated", 0)
+    )
     return out
