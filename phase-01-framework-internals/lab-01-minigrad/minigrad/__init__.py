@@ -11,10 +11,43 @@ Layout (engine apart from ops):
 
 from minigrad import autograd, engine, nn, ops, optim, rules
 from minigrad import tensor as _tensor_module
+from minigrad.creation import (
+    arange,
+    full,
+    full_like,
+    manual_seed,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randn,
+    randn_like,
+    zeros,
+    zeros_like,
+)
 from minigrad.engine import grad
 from minigrad.function import Context, Function, Primitive
 from minigrad.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from minigrad.gradcheck import GradcheckError, gradcheck, gradgradcheck
+from minigrad.nn.functional import (
+    abs,
+    cat,
+    chunk,
+    clamp,
+    gather,
+    index_select,
+    logsumexp,
+    masked_fill,
+    maximum,
+    minimum,
+    rsqrt,
+    split,
+    sqrt,
+    stack,
+    std,
+    var,
+    where,
+)
 from minigrad.tensor import Tensor, tensor
 
 # The import graph's one seam (see minigrad/tensor.py): Tensor's methods call ops and the engine.
@@ -24,6 +57,35 @@ float32 = "float32"
 float64 = "float64"
 
 __all__ = [
+    "abs",
+    "arange",
+    "cat",
+    "chunk",
+    "clamp",
+    "full",
+    "full_like",
+    "gather",
+    "index_select",
+    "logsumexp",
+    "manual_seed",
+    "masked_fill",
+    "maximum",
+    "minimum",
+    "ones",
+    "ones_like",
+    "rand",
+    "rand_like",
+    "randn",
+    "randn_like",
+    "rsqrt",
+    "split",
+    "sqrt",
+    "stack",
+    "std",
+    "var",
+    "where",
+    "zeros",
+    "zeros_like",
     "Context",
     "Function",
     "GradcheckError",

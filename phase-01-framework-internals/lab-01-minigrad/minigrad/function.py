@@ -274,7 +274,8 @@ class Primitive(Function):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        PRIMITIVES[cls.__name__] = cls
+        if not cls.__name__.startswith("_"):  # a shared base such as _Extremum is no op
+            PRIMITIVES[cls.__name__] = cls
 
 
 def _link(ctx: Context, args: tuple, needs: tuple, vals: tuple, out: Any, result: Tensor) -> None:

@@ -171,11 +171,39 @@ class Tensor:
             extra = ", requires_grad=True"
         return f"tensor({np.array2string(self.data, separator=', ')}, dtype={self.dtype}{extra})"
 
-    # ----------------------------------------------------------------- in-place (no grad)
+    # ----------------------------------------------------------------- Python scalars
+    def __float__(self) -> float:
+        return float(self._one_element("float"))
+
+    def __int__(self) -> int:
+        return int(self._one_element("int"))
+
+    def __index__(self) -> int:
+        if self.data.dtype.kind not in "iub":
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self._one_element("index"))
+
+    def __format__(self, spec: str) -> str:
+        # as torch: a 0-dim tensor formats as its value; anything else as its repr, and only
+        # with an empty format spec
+        if self.data.ndim == 0:
+            return self.data.item().__format__(spec)
+        return object.__format__(self, spec)
+
+    def _one_element(self, what: str) -> Any:
+        if self.data.size != 1:
+            raise ValueError(
+                f"only one element tensors can be converted to Python scalars ({what}() of a "
+                f"tensor of shape {self.shape})"
+            )
+        return self.data.item()
+
+    # ----------------------------------------------------------------- in-place ops
     def _check_inplace(self, other: Any = None) -> None:
+        """For the ops minigrad never records (zero_, fill_, copy_): only outside the graph."""
         if _grad_mode.enabled and (self._rg or (isinstance(other, Tensor) and other._rg)):
             raise RuntimeError(
-                "minigrad does not record in-place operations: a tensor that requires grad "
+                "minigrad does not record this in-place operation: a tensor that requires grad "
                 "was modified in place with grad enabled; use an out-of-place op or no_grad()"
             )
 
@@ -183,19 +211,75 @@ class Tensor:
         self._vc[0] += 1
         return self
 
-    def add_(self, other: Any, alpha: float = 1.0) -> Tensor:
-        self._check_inplace(other)
-        o = other.data if isinstance(other, Tensor) else other
-        self.data += o if alpha == 1.0 else alpha * o
-        return self._bump()
+    def _inplace(self, primitive: Any, other: Any, alpha: float = 1.0) -> Tensor:
+        """``self <op>= other`` with torch's semantics.
 
-    def sub_(self, other: Any) -> Tensor:
-        return self.add_(other, alpha=-1.0)
+        Outside the graph (no_grad, or nothing requires grad) the array is updated in place and
+        the version bumps, so every node that saved this tensor (or a view of it) notices. On a
+        leaf that requires grad, with grad enabled, it is torch's error. On a non-leaf (or when
+        ``other`` requires grad) the op is recorded: the tensor takes the result's value and
+        grad_fn, and a new version, so nodes that saved the old value refuse to backward, as in
+        torch. Unlike torch, views taken before keep the old value there.
+        """
+        o = other.data if isinstance(other, Tensor) else other
+        if alpha != 1.0:
+            o = alpha * o
+        recording = _grad_mode.enabled and (self._rg or (isinstance(other, Tensor) and other._rg))
+        if not recording:
+            result = primitive.forward(_Scratch(), self.data, o)
+            if result.dtype != self.data.dtype and not np.can_cast(
+                result.dtype, self.data.dtype, "same_kind"
+            ):
+                raise RuntimeError(
+                    f"result type {result.dtype} can't be cast to the desired output type "
+                    f"{self.dtype}"
+                )
+            try:
+                self.data[...] = result
+            except ValueError:
+                raise RuntimeError(
+                    f"output with shape {self.shape} doesn't match the broadcast shape "
+                    f"{np.shape(result)}"
+                ) from None
+            return self._bump()
+        if self.grad_fn is None and self._rg:
+            raise RuntimeError(
+                "a leaf Variable that requires grad is being used in an in-place operation."
+            )
+        old = Tensor._wrap(self.data, self.grad_fn)
+        old._rg, old._vc = self._rg, self._vc
+        result = primitive.apply(old, other if alpha == 1.0 else other * alpha)
+        if result.shape != self.shape:
+            raise RuntimeError(
+                f"output with shape {self.shape} doesn't match the broadcast shape {result.shape}"
+            )
+        self.data, self.grad_fn, self._rg = result.data, result.grad_fn, True
+        self._vc = [self._vc[0] + 1]
+        return self
+
+    def __iadd__(self, other: Any) -> Tensor:
+        return self._inplace(ops.Add, other)
+
+    def __isub__(self, other: Any) -> Tensor:
+        return self._inplace(ops.Sub, other)
+
+    def __imul__(self, other: Any) -> Tensor:
+        return self._inplace(ops.Mul, other)
+
+    def __itruediv__(self, other: Any) -> Tensor:
+        return self._inplace(ops.Div, other)
+
+    def add_(self, other: Any, alpha: float = 1.0) -> Tensor:
+        return self._inplace(ops.Add, other, alpha)
+
+    def sub_(self, other: Any, alpha: float = 1.0) -> Tensor:
+        return self._inplace(ops.Sub, other, alpha)
 
     def mul_(self, other: Any) -> Tensor:
-        self._check_inplace(other)
-        self.data *= other.data if isinstance(other, Tensor) else other
-        return self._bump()
+        return self._inplace(ops.Mul, other)
+
+    def div_(self, other: Any) -> Tensor:
+        return self._inplace(ops.Div, other)
 
     def zero_(self) -> Tensor:
         self._check_inplace()
@@ -286,11 +370,11 @@ class Tensor:
             )
         return bool(self.data)
 
-    def add(self, other: Any) -> Tensor:
-        return ops.Add.apply(self, other)
+    def add(self, other: Any, alpha: float = 1) -> Tensor:
+        return ops.Add.apply(self, other if alpha == 1 else other * alpha)
 
-    def sub(self, other: Any) -> Tensor:
-        return ops.Sub.apply(self, other)
+    def sub(self, other: Any, alpha: float = 1) -> Tensor:
+        return ops.Sub.apply(self, other if alpha == 1 else other * alpha)
 
     def mul(self, other: Any) -> Tensor:
         return ops.Mul.apply(self, other)
@@ -322,6 +406,53 @@ class Tensor:
     def relu(self) -> Tensor:
         return ops.ReLU.apply(self)
 
+    def erf(self) -> Tensor:
+        return ops.Erf.apply(self)
+
+    def abs(self) -> Tensor:
+        return ops.Abs.apply(self)
+
+    def sqrt(self) -> Tensor:
+        return ops.Sqrt.apply(self)
+
+    def rsqrt(self) -> Tensor:
+        return ops.Rsqrt.apply(self)
+
+    def clamp(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002  (torch's names)
+        return ops.Clamp.apply(self, min, max)
+
+    clip = clamp
+
+    def maximum(self, other: Any) -> Tensor:
+        return ops.Maximum.apply(self, other)
+
+    def minimum(self, other: Any) -> Tensor:
+        return ops.Minimum.apply(self, other)
+
+    def masked_fill(self, mask: Any, value: Any) -> Tensor:
+        return ops.MaskedFill.apply(self, mask.data if isinstance(mask, Tensor) else mask, value)
+
+    def gather(self, dim: int, index: Any) -> Tensor:
+        return ops.gather(self, dim, index)
+
+    def index_select(self, dim: int, index: Any) -> Tensor:
+        return ops.index_select(self, dim, index)
+
+    def split(self, split_size: Any, dim: int = 0) -> tuple[Tensor, ...]:
+        return ops.split(self, split_size, dim)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        return ops.chunk(self, chunks, dim)
+
+    def var(self, dim: Any = None, *, correction: float = 1, keepdim: bool = False) -> Tensor:
+        return ops.Var.apply(self, _norm_dim(dim, self.ndim), correction, keepdim)
+
+    def std(self, dim: Any = None, *, correction: float = 1, keepdim: bool = False) -> Tensor:
+        return ops.Sqrt.apply(self.var(dim, correction=correction, keepdim=keepdim))
+
+    def logsumexp(self, dim: Any, keepdim: bool = False) -> Tensor:
+        return ops.LogSumExp.apply(self, _norm_dim(dim, self.ndim), keepdim)
+
     def sum(self, dim: Any = None, keepdim: bool = False) -> Tensor:
         return ops.Sum.apply(self, _norm_dim(dim, self.ndim), keepdim)
 
@@ -341,6 +472,22 @@ class Tensor:
         values = ops.Max.apply(self, axis, keepdim)
         indices = np.asarray(np.argmax(self.data, axis=axis, keepdims=keepdim))
         return MaxResult(values, Tensor._wrap(indices))
+
+    def amin(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+        return -(-self).amax(dim, keepdim)
+
+    def min(self, dim: int | None = None, keepdim: bool = False) -> Any:
+        """As max: the minimum value, or ``(values, indices)`` along ``dim``."""
+        if dim is None:
+            return -(-self).max()
+        values, _ = (-self).max(dim, keepdim)
+        axis = _norm_dim(dim, self.ndim)
+        indices = np.asarray(np.argmin(self.data, axis=axis, keepdims=keepdim))
+        return MaxResult(-values, Tensor._wrap(indices))
+
+    def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        axis = None if dim is None else _norm_dim(dim, self.ndim)
+        return Tensor._wrap(np.asarray(np.argmin(self.data, axis=axis, keepdims=keepdim)))
 
     def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
         axis = None if dim is None else _norm_dim(dim, self.ndim)
@@ -362,6 +509,20 @@ class Tensor:
     def flatten(self, start_dim: int = 0) -> Tensor:
         start = _norm_dim(start_dim, self.ndim)
         return self.reshape(*self.shape[:start], -1)
+
+    def squeeze(self, dim: Any = None) -> Tensor:
+        """Drop size-1 dims (all, or those of ``dim``; a named dim of another size stays, as
+        torch)."""
+        if dim is None:
+            drop = {i for i, s in enumerate(self.shape) if s == 1}
+        else:
+            dims = dim if isinstance(dim, Sequence) else (dim,)
+            drop = {
+                d
+                for d in (_wrap_dim(d, self.ndim) for d in dims)
+                if self.ndim and self.shape[d] == 1
+            }
+        return self.reshape(*(s for i, s in enumerate(self.shape) if i not in drop))
 
     def unsqueeze(self, dim: int) -> Tensor:
         d = _wrap_dim(dim, self.ndim + 1)  # one more place than dims: -ndim-1 .. ndim
@@ -455,3 +616,10 @@ def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     """Build a Tensor (copying like torch.tensor). Lists/scalars default to float32."""
     arr = np.array(_as_array(data, dtype), copy=True)
     return Tensor(arr, requires_grad=requires_grad)
+
+
+class _Scratch:
+    """A throwaway ctx for calling a primitive's forward directly on arrays."""
+
+    def save_for_backward(self, *tensors: Any) -> None:
+        pass

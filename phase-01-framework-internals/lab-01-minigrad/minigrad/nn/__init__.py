@@ -1,17 +1,26 @@
-"""``minigrad.nn``: Module, Parameter, Linear, ReLU, Sequential (torch.nn's shapes and names)."""
+"""``minigrad.nn``: Module, Parameter and layers under torch.nn's names, shapes and init."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from minigrad.creation import default_generator
 from minigrad.nn import functional
 from minigrad.tensor import Tensor
 
-__all__ = ["Linear", "Module", "Parameter", "ReLU", "Sequential", "functional"]
+
+def _indent(text: str) -> str:
+    return text.replace("\n", "\n  ")
+
+
+__all__ = [
+    "GELU", "Dropout", "Embedding", "LayerNorm", "Linear", "Module", "ModuleList", "Parameter",
+    "ReLU", "Sequential", "functional",
+]  # fmt: skip
 
 
 class Parameter(Tensor):
@@ -54,8 +63,21 @@ class Module:
     def forward(self, *args: Any) -> Any:
         raise NotImplementedError
 
-    def __call__(self, *args: Any) -> Any:
-        return self.forward(*args)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.forward(*args, **kwargs)
+
+    def extra_repr(self) -> str:
+        """The part inside the parentheses of this module's line in ``repr``."""
+        return ""
+
+    def __repr__(self) -> str:
+        # torch's layout: one line per child, "(name): ...", nested children indented
+        lines = [f"({name}): " + _indent(repr(m)) for name, m in self._modules.items()]
+        extra = self.extra_repr()
+        if not lines:
+            return f"{type(self).__name__}({extra})"
+        body = "\n  ".join(([extra] if extra else []) + lines)
+        return f"{type(self).__name__}(\n  {body}\n)"
 
     def named_parameters(
         self, prefix: str = "", remove_duplicate: bool = True
@@ -128,7 +150,7 @@ class Linear(Module):
         rng: np.random.Generator | None = None,
     ) -> None:
         super().__init__()
-        rng = rng if rng is not None else np.random.default_rng()
+        rng = rng if rng is not None else default_generator()
         # torch's bound; with no inputs (in_features == 0) there is nothing to scale, and
         # torch initialises to 0 rather than dividing by zero
         bound = 1.0 / np.sqrt(in_features) if in_features > 0 else 0.0
@@ -142,6 +164,12 @@ class Linear(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return functional.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}"
+        )
 
 
 class ReLU(Module):
@@ -162,3 +190,112 @@ class Sequential(Module):
 
     def __getitem__(self, i: int) -> Module:
         return list(self._modules.values())[i]
+
+
+class ModuleList(Module):
+    def __init__(self, modules: Iterable[Module] = ()) -> None:
+        super().__init__()
+        for i, m in enumerate(modules):
+            setattr(self, str(i), m)
+
+    def __getitem__(self, i: int) -> Module:
+        return list(self._modules.values())[i]
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(list(self._modules.values()))
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def append(self, module: Module) -> ModuleList:
+        setattr(self, str(len(self._modules)), module)
+        return self
+
+
+class Embedding(Module):
+    """A table of ``num_embeddings`` rows of size ``embedding_dim``, N(0, 1) init (torch's);
+    the ``padding_idx`` row starts at zero and gets no gradient."""
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        dtype: Any = np.float32,
+        rng: np.random.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        rng = rng if rng is not None else default_generator()
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise ValueError(f"padding_idx {padding_idx} is outside the {num_embeddings} rows")
+            padding_idx %= num_embeddings
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.padding_idx = padding_idx
+        table = rng.standard_normal((num_embeddings, embedding_dim)).astype(dtype)
+        if padding_idx is not None:
+            table[padding_idx] = 0
+        self.weight = Parameter(table)
+
+    def forward(self, indices: Any) -> Tensor:
+        return functional.embedding(indices, self.weight, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
+
+
+class LayerNorm(Module):
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        dtype: Any = np.float32,
+    ) -> None:
+        super().__init__()
+        shape = (
+            (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        )
+        self.normalized_shape, self.eps = shape, eps
+        self.elementwise_affine = elementwise_affine
+        self.weight = Parameter(np.ones(shape, dtype)) if elementwise_affine else None
+        self.bias = Parameter(np.zeros(shape, dtype)) if elementwise_affine and bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return functional.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, "
+            f"elementwise_affine={self.elementwise_affine}, bias={self.bias is not None}"
+        )
+
+
+class GELU(Module):
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x: Tensor) -> Tensor:
+        return functional.gelu(x, self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate='{self.approximate}'"
+
+
+class Dropout(Module):
+    """Active in training mode only (``model.eval()`` makes it the identity), as torch."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return functional.dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, inplace=False"

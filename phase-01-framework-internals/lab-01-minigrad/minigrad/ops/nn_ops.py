@@ -1,0 +1,92 @@
+"""Layers as primitives: layer_norm, gelu (exact and tanh), dropout (a given mask)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from minigrad.function import Primitive
+from minigrad.ops.dual import erf, exp, np_erf, reduce_sum, sum_to, tanh
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+class LayerNorm(Primitive):
+    """(x - mean) / sqrt(var + eps) over the last ``n_dims`` dims, then * weight + bias."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, n_dims, eps):
+        axes = tuple(range(x.ndim - n_dims, x.ndim))
+        mu = x.mean(axis=axes, keepdims=True)
+        xc = x - mu
+        var = (xc * xc).mean(axis=axes, keepdims=True)
+        out = xc / np.sqrt(var + eps)
+        ctx.axes, ctx.eps = axes, eps
+        ctx.bias_shape = None if bias is None else bias.shape
+        ctx.save_for_backward(x, weight)
+        if weight is not None:
+            out = out * weight
+        if bias is not None:
+            out = out + bias
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        # Recomputed from x with dual ops, so that create_graph differentiates through it.
+        x, w = ctx.saved_tensors
+        nx, nw, nb = ctx.needs_input_grad[:3]
+        n = math.prod(x.shape[d] for d in ctx.axes)
+        xc = x - reduce_sum(x, ctx.axes, True) / n
+        rstd = (reduce_sum(xc * xc, ctx.axes, True) / n + ctx.eps) ** -0.5
+        xhat = xc * rstd
+        gxhat = g * w if w is not None else g
+        gx = None
+        if nx:
+            mean_g = reduce_sum(gxhat, ctx.axes, True) / n
+            mean_gx = reduce_sum(gxhat * xhat, ctx.axes, True) / n
+            gx = rstd * (gxhat - mean_g - xhat * mean_gx)
+        gw = sum_to(g * xhat, w.shape) if nw else None
+        gb = sum_to(g, ctx.bias_shape) if nb else None
+        return gx, gw, gb, None, None
+
+
+class GELU(Primitive):
+    """x * Φ(x) ("none", with erf) or its tanh approximation ("tanh"), as torch.nn.GELU."""
+
+    @staticmethod
+    def forward(ctx, x, approximate):
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', not {approximate!r}")
+        ctx.approximate = approximate
+        ctx.save_for_backward(x)
+        if approximate == "tanh":
+            return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+        return 0.5 * x * (1 + np_erf(x / math.sqrt(2.0)))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        if ctx.approximate == "tanh":
+            inner = _SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)
+            t = tanh(inner)
+            d_inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
+            return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * d_inner), None
+        cdf = 0.5 * (1 + erf(x * (1 / math.sqrt(2.0))))
+        pdf = exp(x * x * -0.5) * _INV_SQRT_2PI
+        return g * (cdf + x * pdf), None
+
+
+class Dropout(Primitive):
+    """x * mask, where ``mask`` (0 or 1 / (1 - p)) was drawn by the caller from minigrad's
+    generator, so the same mask serves forward and backward."""
+
+    @staticmethod
+    def forward(ctx, x, mask):
+        ctx.mask = mask
+        return x * mask
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.mask, None

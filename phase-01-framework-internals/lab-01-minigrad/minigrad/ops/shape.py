@@ -1,0 +1,172 @@
+"""Shape and indexing primitives: reshape, permute, broadcast, sum_to, indexing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from minigrad.function import Primitive
+from minigrad.ops.dual import (
+    _np_sum_to,
+    expand,
+    permute,
+    sum_to,
+)
+from minigrad.tensor import Tensor, _norm_dim
+
+
+class Reshape(Primitive):
+    may_view = True
+
+    @staticmethod
+    def forward(ctx, a, shape):
+        ctx.in_shape = a.shape
+        try:
+            return a.reshape(shape)
+        except ValueError:
+            raise ValueError(f"cannot reshape a tensor of shape {a.shape} to {shape}") from None
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.reshape(ctx.in_shape), None
+
+
+class Permute(Primitive):
+    may_view = True
+
+    @staticmethod
+    def forward(ctx, a, axes):
+        ctx.inverse = tuple(np.argsort(axes))
+        return a.transpose(axes)
+
+    @staticmethod
+    def backward(ctx, g):
+        return permute(g, ctx.inverse), None
+
+
+class BroadcastTo(Primitive):
+    may_view = True
+
+    @staticmethod
+    def forward(ctx, a, shape):
+        ctx.in_shape = a.shape
+        return np.broadcast_to(a, shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        return sum_to(g, ctx.in_shape), None
+
+
+class SumTo(Primitive):
+    @staticmethod
+    def forward(ctx, a, shape):
+        ctx.in_shape = a.shape
+        return _np_sum_to(a, shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        return expand(g, ctx.in_shape), None
+
+
+def _is_basic_index(key: Any) -> bool:
+    keys = key if isinstance(key, tuple) else (key,)
+    return all(isinstance(k, (int, slice, type(None), type(Ellipsis))) for k in keys)
+
+
+def _unwrap_key(key: Any) -> Any:
+    if isinstance(key, Tensor):
+        return key.data
+    if isinstance(key, tuple):
+        return tuple(k.data if isinstance(k, Tensor) else k for k in key)
+    return key
+
+
+class Index(Primitive):
+    """``a[key]``: basic indexing (ints, slices, None, ...) and integer-array indexing."""
+
+    may_view = True  # basic indexing returns a view; integer-array indexing a copy
+
+    @staticmethod
+    def forward(ctx, a, key):
+        key = _unwrap_key(key)
+        ctx.in_shape = a.shape
+        ctx.key = key
+        try:
+            return a[key]
+        except IndexError as e:
+            msg = f"index {key!r} is invalid for a tensor of shape {a.shape}: {e}"
+            raise IndexError(msg) from None
+
+    @staticmethod
+    def backward(ctx, g):
+        return IndexBackward.apply(g, ctx.in_shape, ctx.key), None
+
+
+class IndexBackward(Primitive):
+    """Scatter-add ``g`` into zeros of ``shape`` at ``key`` (repeated indices accumulate)."""
+
+    @staticmethod
+    def forward(ctx, g, shape, key):
+        ctx.key = key
+        out = np.zeros(shape, dtype=g.dtype)
+        if _is_basic_index(key):
+            out[key] = g
+        else:
+            np.add.at(out, key, g)
+        return out
+
+    @staticmethod
+    def backward(ctx, gg):
+        return Index.apply(gg, ctx.key), None, None
+
+    @classmethod
+    def apply(cls, g: Any, shape: tuple[int, ...], key: Any) -> Any:  # type: ignore[override]
+        if isinstance(g, Tensor):
+            return super().apply(g, shape, key)
+        return cls.forward(_Scratch(), g, shape, key)  # fast path: plain NumPy
+
+
+class _Scratch:
+    """A throwaway ctx for calling a forward directly on arrays."""
+
+
+# ----------------------------------------------------------------------------- composed views
+# torch's split/chunk/index_select/gather front ends: argument handling, then Index / Gather.
+def split(x: Tensor, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
+    """Views along ``dim``: pieces of ``split_size`` (the last may be smaller), or of the given
+    sizes. Each piece is a recorded slice, so its gradient flows back to ``x``."""
+    d = _norm_dim(dim, x.ndim)
+    length = x.shape[d] if x.ndim else 1
+    if isinstance(split_size_or_sections, int):
+        step = split_size_or_sections
+        if step <= 0 and not (step == 0 and length == 0):
+            raise ValueError(f"split: split_size must be positive, got {step}")
+        sizes = [min(step, length - i) for i in range(0, length, step)] if length else [0]
+    else:
+        sizes = list(split_size_or_sections)
+        if sum(sizes) != length:
+            raise ValueError(f"split: sizes {sizes} do not add up to dim {dim}'s {length}")
+    pieces, start = [], 0
+    for size in sizes:
+        key = (slice(None),) * d + (slice(start, start + size),)
+        pieces.append(Index.apply(x, key))
+        start += size
+    return tuple(pieces)
+
+
+def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    if chunks <= 0:
+        raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+    length = x.shape[_norm_dim(dim, x.ndim)] if x.ndim else 1
+    return split(x, max(-(-length // chunks), 1), dim)
+
+
+def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
+    idx = index.data if isinstance(index, Tensor) else np.asarray(index)
+    if idx.ndim > 1:
+        raise ValueError(f"index_select: index must be 0-d or 1-d, got shape {idx.shape}")
+    if x.ndim == 0:
+        return Index.apply(x.reshape(1), (idx.reshape(-1),)).reshape(())
+    d = _norm_dim(dim, x.ndim)
+    return Index.apply(x, (slice(None),) * d + (idx.reshape(-1),))
