@@ -51,6 +51,10 @@ def run_serve(args: argparse.Namespace) -> int:
     except (ConfigError, BackendError) as exc:
         return _fail(str(exc))
     if args.ray:
+        from inference_pipeline.serving.ray_env import use_private_ray_environment
+
+        if args.ray_address is None:
+            use_private_ray_environment()
         from inference_pipeline.serving.ray_deployment import run_ray_serve
 
         return run_ray_serve(args.repository, batching_overrides(args), args)
