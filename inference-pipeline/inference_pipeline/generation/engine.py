@@ -1,0 +1,321 @@
+"""Two generation engines over one step function.
+
+ContinuousBatchingEngine: token-level (iteration-level) scheduling as in Orca, vLLM and TGI.
+Every iteration (a token boundary) it drops cancelled requests, admits waiting ones while
+batch slots and cache blocks allow, runs one decode pass for every running request, then one
+chunked prefill pass (at most ``prefill_chunk`` prompt tokens), and retires finished requests,
+whose slots and blocks the next iteration reuses. The chunk bound is what keeps a long new
+prompt from stalling everyone's next token (inter-token latency).
+
+StaticBatchingEngine: the baseline. It waits for a full batch (or ``max_wait_s``), prefills it,
+and decodes every row until the longest one finishes; a finished row's slot idles until then.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from inference_pipeline.generation.paged_cache import PagedKVCache
+from inference_pipeline.generation.requests import GenerationRequest, RequestHandle
+from inference_pipeline.generation.runtime import StepFunction, empty_past
+from inference_pipeline.generation.sampling import sample_next
+
+
+class QueueFull(RuntimeError):
+    """The engine's waiting queue is at its limit (a server answers 429/503)."""
+
+
+class EngineClosed(RuntimeError):
+    """The engine is shutting down and takes no new requests."""
+
+
+@dataclass
+class EngineStats:
+    iterations: int = 0
+    decode_passes: int = 0
+    prefill_passes: int = 0
+    generated_tokens: int = 0
+    prefill_tokens: int = 0
+
+
+class _Engine:
+    def __init__(self, step: StepFunction, max_queue: int) -> None:
+        self.step_fn = step
+        self.config = step.config
+        self.max_queue = max_queue
+        self.stats = EngineStats()
+        self._waiting: collections.deque[RequestHandle] = collections.deque()
+        self._lock = threading.Lock()
+        self.work_available = threading.Condition(self._lock)
+        self.closed = False
+
+    def submit(self, request: GenerationRequest) -> RequestHandle:
+        total = len(request.prompt) + request.max_new_tokens
+        if total > self.config.max_positions:
+            raise ValueError(
+                f"prompt ({len(request.prompt)} bytes) + max_new_tokens ({request.max_new_tokens})"
+                f" exceeds the model's {self.config.max_positions} positions"
+            )
+        handle = RequestHandle(request)
+        with self._lock:
+            if self.closed:
+                raise EngineClosed("the generation engine is shutting down")
+            if len(self._waiting) >= self.max_queue:
+                raise QueueFull(f"{len(self._waiting)} requests already waiting")
+            self._waiting.append(handle)
+            self.work_available.notify()
+        return handle
+
+    def queue_depth(self) -> int:
+        with self._lock:
+            return len(self._waiting)
+
+    def _pop_waiting(self, limit: int) -> list[RequestHandle]:
+        with self._lock:
+            taken = []
+            while self._waiting and len(taken) < limit:
+                taken.append(self._waiting.popleft())
+            return taken
+
+    def _emit(self, handle: RequestHandle, logits_row: np.ndarray) -> bool:
+        token = sample_next(logits_row, handle.request.sampling, handle.rng)
+        self.stats.generated_tokens += 1
+        return handle.add_token(token)
+
+    def run_until_idle(self, max_iterations: int = 1_000_000) -> None:
+        for _ in range(max_iterations):
+            if not self.step():
+                return
+        raise RuntimeError(f"still busy after {max_iterations} iterations")
+
+
+class _Sequence:
+    """A running request inside the continuous engine."""
+
+    def __init__(self, handle: RequestHandle) -> None:
+        self.handle = handle
+        self.prompt = handle.request.prompt
+        self.prefilled = 0  # prompt bytes already in the cache
+
+    @property
+    def decoding(self) -> bool:
+        return self.prefilled == len(self.prompt)
+
+
+class ContinuousBatchingEngine(_Engine):
+    def __init__(
+        self,
+        step: StepFunction,
+        max_batch: int = 16,
+        num_blocks: int | None = None,
+        block_size: int = 16,
+        prefill_chunk: int = 64,
+        max_queue: int = 1024,
+    ) -> None:
+        super().__init__(step, max_queue)
+        if max_batch < 1 or prefill_chunk < 1:
+            raise ValueError("max_batch and prefill_chunk must be >= 1")
+        per_sequence = -(-self.config.max_positions // block_size)
+        self.cache = PagedKVCache(self.config, num_blocks or max_batch * per_sequence, block_size)
+        self.max_batch = max_batch
+        self.prefill_chunk = prefill_chunk
+        self.running: list[_Sequence] = []
+        self._blocked: RequestHandle | None = None  # head of the queue waiting for blocks
+
+    def has_work(self) -> bool:
+        return bool(self.running or self._blocked or self.queue_depth())
+
+    def step(self) -> bool:
+        """One iteration; False when there was nothing to do."""
+        self._retire()
+        self._admit()
+        if not self.running:
+            return False
+        self.stats.iterations += 1
+        self._decode([s for s in self.running if s.decoding])
+        self._prefill([s for s in self.running if not s.decoding])
+        self._retire()
+        return True
+
+    def _admit(self) -> None:
+        while len(self.running) < self.max_batch:
+            handle = self._blocked or next(iter(self._pop_waiting(1)), None)
+            self._blocked = None
+            if handle is None:
+                return
+            if handle.cancel_requested.is_set():
+                handle.finish("cancelled")
+                continue
+            request = handle.request
+            total = len(request.prompt) + request.max_new_tokens
+            if not self.cache.can_reserve(total):
+                self._blocked = handle  # first come, first served: wait for blocks
+                return
+            self.cache.reserve(handle.id, total)
+            self.running.append(_Sequence(handle))
+
+    def _retire(self) -> None:
+        """Drop finished and cancelled sequences; their blocks go back to the pool."""
+        keep = []
+        for seq in self.running:
+            if seq.handle.cancel_requested.is_set():
+                seq.handle.finish("cancelled")  # no-op when it had already finished
+            if seq.handle.done:
+                self.cache.release(seq.handle.id)
+            else:
+                keep.append(seq)
+        self.running = keep
+
+    def _run(self, seqs: list[_Sequence], rows: list[list[int]]) -> np.ndarray:
+        """One pass: row i feeds tokens rows[i] after seqs[i]'s cached ones; returns the logits
+        [B, T, V] and stores the new keys/values in each sequence's blocks."""
+        ids = [s.handle.id for s in seqs]
+        past, lengths = self.cache.gather(ids)
+        longest_past, new = past[0].shape[2], max(len(r) for r in rows)
+        tokens = np.zeros((len(rows), new), dtype=np.int64)
+        positions = np.zeros((len(rows), new), dtype=np.int64)
+        mask = np.zeros((len(rows), longest_past + new), dtype=np.int64)
+        for i, row in enumerate(rows):
+            tokens[i, : len(row)] = row
+            positions[i] = lengths[i] + np.minimum(np.arange(new), len(row) - 1)
+            mask[i, : lengths[i]] = 1
+            mask[i, longest_past : longest_past + len(row)] = 1
+        logits, present = self.step_fn(tokens, positions, mask, past)
+        stacked_k = np.stack(present[0::2])  # [L, B, H, P+T, D]
+        stacked_v = np.stack(present[1::2])
+        for i, row in enumerate(rows):
+            span = slice(longest_past, longest_past + len(row))
+            self.cache.append(ids[i], stacked_k[:, i, :, span], stacked_v[:, i, :, span])
+        return logits
+
+    def _decode(self, seqs: list[_Sequence]) -> None:
+        if not seqs:
+            return
+        logits = self._run(seqs, [[s.handle.tokens[-1]] for s in seqs])
+        self.stats.decode_passes += 1
+        for i, seq in enumerate(seqs):
+            self._emit(seq.handle, logits[i, 0])
+
+    def _prefill(self, seqs: list[_Sequence]) -> None:
+        budget, chosen, rows = self.prefill_chunk, [], []
+        for seq in seqs:
+            if budget == 0:
+                break
+            piece = seq.prompt[seq.prefilled : seq.prefilled + budget]
+            chosen.append(seq)
+            rows.append(list(piece))
+            budget -= len(piece)
+        if not chosen:
+            return
+        logits = self._run(chosen, rows)
+        self.stats.prefill_passes += 1
+        for i, seq in enumerate(chosen):
+            seq.prefilled += len(rows[i])
+            self.stats.prefill_tokens += len(rows[i])
+            if seq.decoding:  # prompt complete: its last position predicts the first token
+                self._emit(seq.handle, logits[i, len(rows[i]) - 1])
+
+
+class StaticBatchingEngine(_Engine):
+    def __init__(
+        self,
+        step: StepFunction,
+        batch_size: int = 16,
+        max_wait_s: float = 0.05,
+        max_queue: int = 1024,
+    ) -> None:
+        super().__init__(step, max_queue)
+        self.batch_size = batch_size
+        self.max_wait_s = max_wait_s
+        self.draining = False  # set when no more requests will come: run a partial batch
+
+    def has_work(self) -> bool:
+        return bool(self.queue_depth())
+
+    def step(self) -> bool:
+        """Run one whole batch to completion; False when nothing was queued."""
+        deadline = time.perf_counter() + self.max_wait_s
+        with self._lock:
+            while len(self._waiting) < self.batch_size and not self.draining:
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    break
+                self.work_available.wait(remaining)
+        handles = self._pop_waiting(self.batch_size)
+        if not handles:
+            return False
+        self._run_batch(handles)
+        return True
+
+    def _run_batch(self, handles: list[RequestHandle]) -> None:
+        self.stats.iterations += 1
+        prompts = [h.request.prompt for h in handles]
+        width = max(len(p) for p in prompts)
+        tokens = np.zeros((len(handles), width), dtype=np.int64)
+        positions = np.zeros_like(tokens)
+        mask = np.zeros_like(tokens)
+        for i, prompt in enumerate(prompts):
+            tokens[i, : len(prompt)] = list(prompt)
+            positions[i] = np.minimum(np.arange(width), len(prompt) - 1)
+            mask[i, : len(prompt)] = 1
+        logits, past = self.step_fn(tokens, positions, mask, empty_past(self.config, len(handles)))
+        self.stats.prefill_passes += 1
+        self.stats.prefill_tokens += sum(map(len, prompts))
+        last = [logits[i, len(p) - 1] for i, p in enumerate(prompts)]
+        next_position = np.array([len(p) for p in prompts], dtype=np.int64)
+        while True:
+            for i, handle in enumerate(handles):
+                if handle.cancel_requested.is_set():
+                    handle.finish("cancelled")
+                if not handle.done:
+                    self._emit(handle, last[i])
+            if all(h.done for h in handles):
+                return
+            # Every row runs, finished or not: the batch is as long as its longest request.
+            feed = np.array([[h.tokens[-1] if h.tokens else 0] for h in handles], dtype=np.int64)
+            mask = np.concatenate([mask, np.ones((len(handles), 1), dtype=np.int64)], axis=1)
+            logits, past = self.step_fn(feed, next_position[:, None], mask, past)
+            self.stats.decode_passes += 1
+            next_position += 1
+            last = [logits[i, 0] for i in range(len(handles))]
+
+
+class EngineRunner:
+    """Drives an engine from a background thread (what a server uses)."""
+
+    def __init__(self, engine: ContinuousBatchingEngine | StaticBatchingEngine) -> None:
+        self.engine = engine
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="generation-engine", daemon=True)
+
+    def start(self) -> EngineRunner:
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            if not self.engine.step():
+                with self.engine.work_available:
+                    if not self.engine.has_work():
+                        self.engine.work_available.wait(0.05)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Refuse new requests, let accepted ones finish (bounded by ``timeout``), stop."""
+        with self.engine.work_available:
+            self.engine.closed = True
+        if isinstance(self.engine, StaticBatchingEngine):
+            self.engine.draining = True
+        deadline = threading.Event()
+        waited = 0.0
+        while self.engine.has_work() and waited < timeout:
+            deadline.wait(0.02)
+            waited += 0.02
+        self._stop.set()
+        with self.engine.work_available:
+            self.engine.work_available.notify_all()
+        self._thread.join(timeout)

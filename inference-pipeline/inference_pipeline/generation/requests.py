@@ -1,0 +1,120 @@
+"""A generation request, its handle (the caller's view: streamed chunks, status, timings) and the
+stop-sequence logic shared by both engines."""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from inference_pipeline.generation.sampling import SamplingParams
+
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt: bytes
+    max_new_tokens: int = 64
+    stop: tuple[bytes, ...] = ()
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prompt, bytes) or not self.prompt:
+            raise ValueError("prompt must be non-empty bytes")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if any(not s for s in self.stop):
+            raise ValueError("stop sequences must be non-empty")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One streamed event: ``data`` is output bytes; ``finish_reason`` is set on the last one
+    ("length", "stop", "cancelled" or "error")."""
+
+    data: bytes
+    finish_reason: str | None = None
+
+
+class RequestHandle:
+    """What a caller holds: chunks arrive on ``chunks`` in order, the last one has a reason."""
+
+    def __init__(self, request: GenerationRequest) -> None:
+        self.id = next(_ids)
+        self.request = request
+        self.chunks: queue.Queue[Chunk] = queue.Queue()
+        self.tokens: list[int] = []  # every generated token id, stop sequence included
+        self.output = bytearray()  # what was streamed (stop sequence excluded)
+        self.finish_reason: str | None = None
+        self.submitted_at = time.perf_counter()
+        self.token_times: list[float] = []
+        self.cancel_requested = threading.Event()
+        self._done = threading.Event()
+        self._emitted = 0
+        seed = request.sampling.seed
+        self.rng = np.random.default_rng(seed if seed is not None else None)
+
+    def cancel(self) -> None:
+        """Ask the engine to drop this request at the next token boundary."""
+        self.cancel_requested.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    # ---- called by the engine (one thread) --------------------------------------------------
+    def add_token(self, token: int) -> bool:
+        """Record a token, stream what is safe to stream; True when the request is finished."""
+        self.tokens.append(token)
+        self.token_times.append(time.perf_counter())
+        text = bytes(self.tokens)
+        for stop in self.request.stop:
+            at = text.find(stop, max(0, self._emitted - len(stop) + 1))
+            if at >= 0:
+                self._emit(text[:at])
+                self.finish("stop")
+                return True
+        if len(self.tokens) >= self.request.max_new_tokens:
+            self._emit(text)
+            self.finish("length")
+            return True
+        # Hold back a tail that could still become a stop sequence.
+        held = max(
+            (
+                n
+                for stop in self.request.stop
+                for n in range(1, len(stop))
+                if text.endswith(stop[:n])
+            ),
+            default=0,
+        )
+        self._emit(text[: len(text) - held])
+        return False
+
+    def _emit(self, text: bytes) -> None:
+        if len(text) > self._emitted:
+            piece = text[self._emitted :]
+            self._emitted = len(text)
+            self.output += piece
+            self.chunks.put(Chunk(piece))
+
+    def finish(self, reason: str) -> None:
+        if self.finish_reason is None:
+            self.finish_reason = reason
+            self.chunks.put(Chunk(b"", reason))
+            self._done.set()
+
+    def timings(self) -> tuple[float | None, list[float]]:
+        """(time to first token, inter-token gaps), in seconds."""
+        if not self.token_times:
+            return None, []
+        ttft = self.token_times[0] - self.submitted_at
+        return ttft, list(np.diff(self.token_times))

@@ -1,0 +1,165 @@
+"""Train the byte-level GPT on BBC News article text, and cache the checkpoint outside the repo.
+
+Training is bounded by wall-clock time (the machine is shared): the learning rate follows a
+cosine schedule over the time budget, so a short budget still ends with a decayed rate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from inference_pipeline.generation.model import GPT, GPTConfig
+
+ARTICLE_SEPARATOR = b"\n\n\n"
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    seconds: float = 600.0
+    batch_size: int = 8
+    window: int = 256  # bytes per training window (the model's context)
+    peak_lr: float = 2e-3
+    warmup_steps: int = 30
+    seed: int = 0
+    threads: int = 1  # on a shared, oversubscribed CPU one thread beats two (no spin-waits)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.seconds) and self.seconds > 0):
+            raise ValueError(f"training seconds must be a positive number, got {self.seconds}")
+        if self.batch_size < 1 or self.window < 2:
+            raise ValueError("batch_size must be >= 1 and window >= 2")
+
+
+def cache_dir() -> Path:
+    """Checkpoints live outside the repository (``INFERENCE_PIPELINE_CACHE`` overrides)."""
+    default = Path.home() / ".cache" / "inference_pipeline"
+    return Path(os.environ.get("INFERENCE_PIPELINE_CACHE", default))
+
+
+def checkpoint_path(config: GPTConfig, settings: TrainSettings) -> Path:
+    """One file per (model config, training settings): a change to either retrains."""
+    key = json.dumps({"config": config.to_dict(), "train": settings.__dict__}, sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return cache_dir() / f"gpt-{digest}.pt"
+
+
+def corpus_bytes() -> tuple[np.ndarray, np.ndarray]:
+    """(train, held-out) BBC News text as uint8 arrays, articles separated by blank lines."""
+    from phase01_common.bbc_news import load_bbc_news
+
+    split = load_bbc_news()
+    train = ARTICLE_SEPARATOR.join(t.encode("utf-8") for t in split.train_texts)
+    dev = ARTICLE_SEPARATOR.join(t.encode("utf-8") for t in split.dev_texts)
+    return np.frombuffer(train, dtype=np.uint8), np.frombuffer(dev, dtype=np.uint8)
+
+
+def sample_windows(data: np.ndarray, batch: int, window: int, rng: np.random.Generator):
+    starts = rng.integers(0, len(data) - window - 1, size=batch)
+    rows = np.stack([data[s : s + window + 1] for s in starts]).astype(np.int64)
+    return torch.from_numpy(rows)
+
+
+@torch.no_grad()
+def held_out_loss(model: GPT, data: np.ndarray, window: int, windows: int = 16) -> float:
+    """Mean next-byte cross-entropy (nats) over evenly spaced held-out windows."""
+    model.eval()
+    starts = np.linspace(0, len(data) - window - 2, windows).astype(np.int64)
+    rows = torch.from_numpy(np.stack([data[s : s + window + 1] for s in starts]).astype(np.int64))
+    loss = float(model.loss(rows))
+    model.train()
+    return loss
+
+
+def train(
+    config: GPTConfig,
+    settings: TrainSettings,
+    data: tuple[np.ndarray, np.ndarray] | None = None,
+    progress: Callable[[str], None] = print,
+) -> tuple[GPT, dict[str, float]]:
+    """Train from scratch for ``settings.seconds``; returns the model (eval mode) and a summary."""
+    torch.manual_seed(settings.seed)
+    torch.set_num_threads(settings.threads)
+    rng = np.random.default_rng(settings.seed)
+    train_data, dev_data = data if data is not None else corpus_bytes()
+    window = min(settings.window, config.max_positions)
+    model = GPT(config).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.peak_lr, weight_decay=0.1)
+    start = time.perf_counter()
+    step, last_report, loss = 0, start, float("nan")
+    while (elapsed := time.perf_counter() - start) < settings.seconds:
+        decay = 0.5 * (1 + math.cos(math.pi * min(1.0, elapsed / settings.seconds)))
+        warmup = min(1.0, (step + 1) / settings.warmup_steps)
+        for group in optimizer.param_groups:
+            group["lr"] = settings.peak_lr * warmup * (0.1 + 0.9 * decay)
+        batch = sample_windows(train_data, settings.batch_size, window, rng)
+        loss_t = model.loss(batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss_t.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        loss, step = loss_t.item(), step + 1
+        if time.perf_counter() - last_report > 15 or step == 1:
+            last_report = time.perf_counter()
+            progress(
+                f"  step {step:5d}  {elapsed:6.0f}/{settings.seconds:.0f} s  "
+                f"train loss {loss:.3f} nats/byte"
+            )
+    dev_loss = held_out_loss(model, dev_data, window)
+    summary = {
+        "steps": step,
+        "seconds": round(time.perf_counter() - start, 1),
+        "bytes_seen": step * settings.batch_size * window,
+        "train_loss": loss,
+        "held_out_loss": dev_loss,
+        "held_out_bits_per_byte": dev_loss / math.log(2),
+    }
+    progress(f"  done: {step} steps, held-out {summary['held_out_bits_per_byte']:.3f} bits/byte")
+    return model.eval(), summary
+
+
+def save_checkpoint(path: Path, model: GPT, summary: dict[str, float]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    payload = {
+        "config": model.config.to_dict(),
+        "state_dict": model.state_dict(),
+        "summary": summary,
+    }
+    torch.save(payload, tmp)
+    tmp.replace(path)  # atomic: a killed run never leaves half a checkpoint
+
+
+def load_checkpoint(path: Path) -> tuple[GPT, dict[str, float]]:
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    model = GPT(GPTConfig(**payload["config"]))
+    model.load_state_dict(payload["state_dict"])
+    return model.eval(), dict(payload["summary"])
+
+
+def trained_model(
+    config: GPTConfig | None = None,
+    settings: TrainSettings | None = None,
+    retrain: bool = False,
+    progress: Callable[[str], None] = print,
+) -> tuple[GPT, dict[str, float], Path]:
+    """The cached checkpoint for these settings, training it first when missing."""
+    config = config or GPTConfig()
+    settings = settings or TrainSettings()
+    path = checkpoint_path(config, settings)
+    if path.is_file() and not retrain:
+        model, summary = load_checkpoint(path)
+        return model, summary, path
+    progress(f"training {config} for {settings.seconds:.0f} s -> {path}")
+    model, summary = train(config, settings, progress=progress)
+    save_checkpoint(path, model, summary)
+    return model, summary, path
