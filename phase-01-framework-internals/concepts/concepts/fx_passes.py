@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,10 +99,16 @@ class ShapeProfiler(fx.Interpreter):
         return result
 
 
-def profile_nodes(gm: fx.GraphModule, *inputs: torch.Tensor) -> list[NodeProfile]:
-    profiler = ShapeProfiler(gm)
-    profiler.run(*inputs)
-    return profiler.profile
+def profile_nodes(gm: fx.GraphModule, *inputs: torch.Tensor, repeats: int = 5) -> list[NodeProfile]:
+    """One profile per node: shape and dtype, and the median time over ``repeats`` runs (the
+    first run pays one-off costs such as kernel selection and page faults)."""
+    runs = []
+    for _ in range(max(repeats, 1)):
+        profiler = ShapeProfiler(gm)
+        profiler.run(*inputs)
+        runs.append(profiler.profile)
+    median = [statistics.median(run[i].seconds for run in runs) for i in range(len(runs[0]))]
+    return [dataclasses.replace(p, seconds=t) for p, t in zip(runs[0], median, strict=True)]
 
 
 _SOFTMAX_TARGETS = (F.softmax, torch.softmax)
