@@ -1,4 +1,8 @@
-"""``python -m graph_inspector {inspect,convert,demo}``.
+"""The command line: ``python -m graph_inspector {inspect,convert,signatures,demo,bench}``.
+
+This module holds the parser (every command, so ``--help`` lists them all) and the library
+commands; ``demo`` and ``bench`` are run by :mod:`graph_inspector.__main__`, which imports the
+harness package lazily (no library module imports it).
 
 Every failure the user can cause (bad arguments, bad path, a folder that is not a SavedModel,
 an output path that cannot be written, a graph the converter cannot handle) ends in one line on
@@ -13,10 +17,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
+
+from graph_inspector.errors import NotASavedModelError
 
 EXIT_USAGE = 2  # bad path / not a SavedModel / bad arguments
 EXIT_FAILED = 1  # the job ran and failed (unconvertible graph, failing checks)
@@ -39,12 +45,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"graph_inspector: error: {text} (see --help)\n")
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive size, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m graph_inspector",
         description="See inside tf.function graphs, explain retracing, convert to TFLite.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
 
     p = sub.add_parser("inspect", help="per-signature graph summary of a SavedModel")
     p.add_argument("savedmodel_dir", help="folder written by tf.saved_model.save")
@@ -55,27 +71,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mlir", action="store_true", help="op counts of the TF-dialect MLIR")
     p.add_argument("--signature", help="only this signature key (default: all)")
     p.add_argument("--no-expand", action="store_true", help="keep function calls as one node")
-    p.add_argument("--unknown-dim", type=int, default=1, help="size for None dims (--xla)")
+    p.add_argument(
+        "--unknown-dim",
+        type=_positive_int,
+        metavar="N",
+        help="size of unknown (None) dimensions, such as a serving batch, for the cost "
+        "estimate and --xla (default: not costed; XLA uses 1)",
+    )
 
     p = sub.add_parser("convert", help="float32 + dynamic-range TFLite, validated")
     p.add_argument("savedmodel_dir")
     p.add_argument("--out", metavar="DIR", help="output folder (default: <savedmodel_dir>_tflite)")
+    p.add_argument("--signature", default="serving_default", help="signature key to convert")
 
-    p = sub.add_parser("demo", help="the whole BERT pipeline end to end, with the graph report")
+    p = sub.add_parser(
+        "signatures", help="every signature's inputs and outputs, and the assets carried"
+    )
+    p.add_argument("savedmodel_dir")
+
+    p = sub.add_parser("demo", help="the lab's main job: graph report, retracing, BERT to TFLite")
     p.add_argument("--quick", action="store_true", help="the fast variant (shorter training)")
     p.add_argument("--out", metavar="DIR", default="graph_inspector_demo", help="output folder")
+
+    p = sub.add_parser("bench", help="what a retrace costs on BERT-tiny (about 10-20 s)")
+    p.add_argument("--repeats", type=_positive_int, default=5, help="timed repetitions per median")
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+Handler = Callable[[argparse.Namespace], int]
+
+
+def main(argv: list[str] | None = None, harness: dict[str, Handler] | None = None) -> int:
+    """Run one command. ``harness`` supplies the ``demo`` and ``bench`` handlers (given by
+    ``python -m graph_inspector``; without them those commands say how to run them)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2, already printed)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    handlers = {"inspect": cmd_inspect, "convert": cmd_convert, "demo": cmd_demo}
+    handlers: dict[str, Handler] = {
+        "inspect": cmd_inspect,
+        "convert": cmd_convert,
+        "signatures": cmd_signatures,
+        **(harness or {}),
+    }
     try:
-        return handlers[args.command](args)
+        handler = handlers.get(args.command)
+        if handler is None:
+            raise CliError(f"run `python -m graph_inspector {args.command}` for this command")
+        return handler(args)
     except CliError as exc:
         return _fail(str(exc), exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - the contract: one line, never a traceback
@@ -125,11 +169,11 @@ def _check_output_dir(option: str, path: str | Path) -> None:
 
 def _checked_savedmodel(path: str) -> Path:
     """Check the folder (no TensorFlow needed), then import TensorFlow quietly."""
-    from graph_inspector.inspect_graph import NotASavedModelError, check_savedmodel_dir
+    from graph_inspector.savedmodel import check_savedmodel_dir
 
     try:
         folder = check_savedmodel_dir(path)
-    except (FileNotFoundError, NotASavedModelError) as exc:
+    except NotASavedModelError as exc:
         raise CliError(str(exc)) from exc
     import_tensorflow_quietly()
     return folder
@@ -157,17 +201,17 @@ def import_tensorflow_quietly() -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    import json
-
     _check_output_file("--json", args.json)
     _check_output_file("--dot", args.dot)
     if args.tensorboard:
         _check_output_dir("--tensorboard", args.tensorboard)
     folder = _checked_savedmodel(args.savedmodel_dir)
-    from graph_inspector.inspect_graph import NotASavedModelError, inspect_savedmodel
+    from graph_inspector.inspect_graph import inspect_savedmodel
 
     try:
-        reports = inspect_savedmodel(folder, expand_calls=not args.no_expand)
+        reports = inspect_savedmodel(
+            folder, expand_calls=not args.no_expand, unknown_dim=args.unknown_dim
+        )
     except NotASavedModelError as exc:
         raise CliError(str(exc)) from exc
     if args.signature:
@@ -179,11 +223,26 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for key, report in reports.items():
         print(f"== signature {key!r}")
         print(report.summary())
+        dynamic = [n for n in report.uncostable if "dynamic shape" in (n.uncostable_reason or "")]
+        if dynamic:
+            print(
+                f"  {len(dynamic)} node(s) have unknown dimensions: pass --unknown-dim N "
+                "(a serving batch size, say) to cost them"
+            )
         if args.xla:
-            _print_xla(report, args.unknown_dim)
+            _print_xla(report, args.unknown_dim or 1)
         if args.mlir:
             _print_mlir(report)
         print()
+    _write_inspect_outputs(args, reports)
+    return 0
+
+
+def _write_inspect_outputs(args: argparse.Namespace, reports: dict[str, Any]) -> None:
+    import json
+    import shutil
+    import subprocess
+
     if args.json:
         payload = {key: r.to_dict() for key, r in reports.items()}
         Path(args.json).write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
@@ -191,7 +250,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.tensorboard:
         for key, report in reports.items():
             logdir = report.write_tensorboard(Path(args.tensorboard) / key)
-            print(f"wrote TensorBoard log {logdir} (tensorboard --logdir {args.tensorboard})")
+            print(f"wrote TensorBoard log {logdir}")
+        print(f"view it: {_tensorboard_command()} --logdir {args.tensorboard}")
     if args.dot:
         for key, report in reports.items():
             target = Path(args.dot)
@@ -199,14 +259,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 target = target.with_name(f"{target.stem}_{key}{target.suffix or '.dot'}")
             target.write_text(report.to_dot())
             print(f"wrote {target}")
-            import shutil
-            import subprocess
-
             if shutil.which("dot"):
                 svg = target.with_suffix(".svg")
                 subprocess.run(["dot", "-Tsvg", "-o", str(svg), str(target)], check=True)
                 print(f"wrote {svg}")
-    return 0
+
+
+def _tensorboard_command() -> str:
+    """The tensorboard that is installed beside this Python (the venv's), else the bare name."""
+    beside = Path(sys.executable).with_name("tensorboard")
+    return str(beside) if beside.is_file() else "tensorboard"
 
 
 def _print_xla(report: Any, unknown_dim: int) -> None:
@@ -250,32 +312,42 @@ def cmd_convert(args: argparse.Namespace) -> int:
     folder = _checked_savedmodel(args.savedmodel_dir)
     out = Path(args.out) if args.out else folder.with_name(folder.name + "_tflite")
     _check_output_dir("--out" if args.out else "default output folder", out)
-    try:
-        from graph_inspector.pipeline import convert_savedmodel
-    except ImportError as exc:
-        raise CliError(f"the TFLite pipeline is not available: {exc}", EXIT_FAILED) from exc
-    from graph_inspector.inspect_graph import NotASavedModelError
+    from graph_inspector.errors import ConversionError
+    from graph_inspector.tflite import convert_savedmodel
+    from graph_inspector.units import human_bytes
 
     with native_stderr_captured() as native_log:
         try:
-            result = convert_savedmodel(folder, out)
-        except NotASavedModelError as exc:  # a corrupt saved_model.pb: a usage error, like inspect
+            result = convert_savedmodel(folder, out, signature_key=args.signature)
+        except NotASavedModelError as exc:  # a corrupt saved_model.pb: a usage error
             raise CliError(str(exc)) from exc
-        except Exception:
-            if os.environ.get("GRAPH_INSPECTOR_DEBUG"):
-                sys.stderr.write(native_log.read())
+        except ConversionError as exc:
+            if "has no signature" in str(exc):
+                raise CliError(str(exc)) from exc
+            _show_native_log(native_log)
             raise
-    for name, path in (
-        ("float32", result.float32_path),
-        ("dynamic_range", result.dynamic_range_path),
-    ):
-        v = result.validations.get(name)
-        detail = (
-            f"finite={getattr(v, 'all_finite', '?')} "
-            f"max|TFLite-TF|={getattr(v, 'max_abs_diff', float('nan')):.2e} "
-            f"argmax agreement={getattr(v, 'argmax_agreement', float('nan')):.3f}"
+        except Exception:
+            _show_native_log(native_log)
+            raise
+    for name, path in result.paths.items():
+        v = result.validations[name]
+        print(
+            f"{name:<14} {path}  {human_bytes(path.stat().st_size)}  finite={v.all_finite} "
+            f"max|TFLite-TF|={v.max_abs_diff:.2e} argmax agreement={v.argmax_agreement:.3f}"
         )
-        print(f"{name:<14} {path}  {path.stat().st_size / 1e6:.2f} MB  {detail}")
+    return 0
+
+
+def _show_native_log(native_log: _CapturedLog) -> None:
+    if os.environ.get("GRAPH_INSPECTOR_DEBUG"):
+        sys.stderr.write(native_log.read())
+
+
+def cmd_signatures(args: argparse.Namespace) -> int:
+    folder = _checked_savedmodel(args.savedmodel_dir)
+    from graph_inspector.savedmodel import describe_savedmodel
+
+    print(describe_savedmodel(folder).text())
     return 0
 
 
@@ -311,19 +383,3 @@ def native_stderr_captured() -> Iterator[_CapturedLog]:
         os.close(handle)
         if not os.environ.get("GRAPH_INSPECTOR_DEBUG"):
             os.unlink(path)
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    _check_output_dir("--out", args.out)
-    import_tensorflow_quietly()
-    from phase01_common.report import section_text
-
-    from graph_inspector.report_section import build_section
-
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    section = build_section(out, quick=args.quick)
-    print()
-    print(section_text(section))
-    print(f"images and files in {out}")
-    return 0 if section.passed else EXIT_FAILED

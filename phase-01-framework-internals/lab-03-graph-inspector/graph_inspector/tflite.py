@@ -15,6 +15,7 @@ the weights, and agreement with TensorFlow on probe inputs; any failure raises
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,15 +23,37 @@ from typing import Literal
 
 import numpy as np
 
+from graph_inspector.errors import ConversionError, NotASavedModelError
+from graph_inspector.savedmodel import (
+    SERVING_KEY,
+    check_savedmodel_dir,
+    load_serving_fn,
+    probe_inputs_from_signature,
+    signature_param_bytes,
+)
+
+__all__ = [
+    "ConversionError",
+    "ConversionResult",
+    "NotASavedModelError",
+    "TFLiteModel",
+    "ValidationReport",
+    "convert_savedmodel",
+    "convert_savedmodel_to_tflite",
+    "validate_tflite",
+]
+
 Quantization = Literal["float32", "dynamic_range"]
+QUANTIZATIONS: tuple[Quantization, ...] = ("float32", "dynamic_range")
 
 # Agreement with TensorFlow, as relative L2 error of the outputs on the probe inputs.
 # float32 TFLite differs only by kernel summation order (~1e-6 relative). Dynamic-range keeps
 # int8 weights and quantizes activations on the fly: a few percent is normal, garbage is ~1.
-FLOAT32_MAX_REL_ERROR = 1e-4
 # Measured: 1.6e-3 to 2.3e-3 on the BERT classifier (PIPELINE-NOTES.md), 6.6e-3 on a small model;
 # 0.05 leaves an order of magnitude and still catches a conversion that moves outputs by ~10%.
-DYNAMIC_RANGE_MAX_REL_ERROR = 0.05
+MAX_REL_ERROR: dict[str, float] = {"float32": 1e-4, "dynamic_range": 0.05}
+FLOAT32_MAX_REL_ERROR = MAX_REL_ERROR["float32"]
+DYNAMIC_RANGE_MAX_REL_ERROR = MAX_REL_ERROR["dynamic_range"]
 # Classifier outputs (by name) must also pick the same class on most probes.
 DEFAULT_ARGMAX_OUTPUTS = ("logits",)
 MIN_ARGMAX_AGREEMENT = {"float32": 0.99, "dynamic_range": 0.9}
@@ -39,10 +62,6 @@ MIN_ARGMAX_AGREEMENT = {"float32": 0.99, "dynamic_range": 0.9}
 # of the position table beyond its sequence length: ~4% for BERT-tiny at 16 tokens), hence the
 # margin. A model whose weights were not frozen in is far smaller (0.3% in the trap).
 MIN_SIZE_FRACTION = {"float32": 0.5, "dynamic_range": 0.15}
-
-
-class ConversionError(RuntimeError):
-    """A SavedModel could not be converted, or the converted model failed validation."""
 
 
 @dataclass
@@ -146,18 +165,21 @@ class TFLiteModel:
 def convert_savedmodel_to_tflite(
     savedmodel_dir: str | Path,
     quantization: Quantization = "float32",
-    signature_key: str = "serving_default",
+    signature_key: str = SERVING_KEY,
 ) -> bytes:
     """Convert one signature of a SavedModel; converter failures become :class:`ConversionError`."""
+    return _convert(check_savedmodel_dir(savedmodel_dir), quantization, signature_key)
+
+
+def _convert(folder: Path, quantization: str, signature_key: str) -> bytes:
+    """The conversion itself, for a folder already checked."""
     import tensorflow as tf
 
-    savedmodel_dir = Path(savedmodel_dir)
-    check_is_savedmodel(savedmodel_dir)
-    if quantization not in ("float32", "dynamic_range"):
-        raise ValueError(f"quantization must be 'float32' or 'dynamic_range', got {quantization!r}")
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
     try:
         converter = tf.lite.TFLiteConverter.from_saved_model(
-            str(savedmodel_dir), signature_keys=[signature_key]
+            str(folder), signature_keys=[signature_key]
         )
         if quantization == "dynamic_range":
             # Optimize.DEFAULT with no representative dataset = dynamic-range quantization:
@@ -167,20 +189,13 @@ def convert_savedmodel_to_tflite(
     except Exception as exc:  # the converter raises many types; one clear error for callers
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConversionError(
-            f"TFLite {quantization} conversion of {savedmodel_dir} "
+            f"TFLite {quantization} conversion of {folder} "
             f"(signature {signature_key!r}) failed: {first_line}"
         ) from exc
 
 
-def check_is_savedmodel(path: str | Path) -> Path:
-    path = Path(path)
-    if not path.exists():
-        raise ConversionError(f"{path} does not exist")
-    if not path.is_dir() or not (
-        (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()
-    ):
-        raise ConversionError(f"{path} is not a SavedModel folder (no saved_model.pb)")
-    return path
+# Kept for callers of the earlier name: the one folder check lives in savedmodel.py.
+check_is_savedmodel = check_savedmodel_dir
 
 
 def validate_tflite(
@@ -192,36 +207,23 @@ def validate_tflite(
     param_bytes: int,
     max_rel_error: float | None = None,
     argmax_outputs: tuple[str, ...] = DEFAULT_ARGMAX_OUTPUTS,
+    signature_key: str = SERVING_KEY,
 ) -> ValidationReport:
     """Run ``model`` and the TensorFlow ``reference`` on the probes; raise if the model is broken.
 
     ``reference`` returns every output by name (a dict, as a SavedModel signature does), or one
     array for a single-output model. Checks, for *every* output, matched by name: finite values;
     the same shape; relative L2 error against TensorFlow at most ``max_rel_error`` (defaults per
-    quantization above); for outputs named in ``argmax_outputs`` (class scores), the same
-    argmax on at least ``MIN_ARGMAX_AGREEMENT`` of the probes. And the file size must be at
-    least ``MIN_SIZE_FRACTION`` of the float32 weight bytes (``param_bytes``). Raises
+    quantization in ``MAX_REL_ERROR``); for outputs named in ``argmax_outputs`` (class scores),
+    the same argmax on at least ``MIN_ARGMAX_AGREEMENT`` of the probes. And the file size must
+    be at least ``MIN_SIZE_FRACTION`` of the float32 weight bytes (``param_bytes``). Raises
     :class:`ConversionError` listing every failed check.
     """
-    tfl = model if isinstance(model, TFLiteModel) else TFLiteModel(model)
+    tfl = model if isinstance(model, TFLiteModel) else TFLiteModel(model, signature_key)
     probes = {k: np.asarray(v) for k, v in probe_inputs.items()}
-    reference_out = reference(probes)
-    if isinstance(reference_out, Mapping):
-        expected_all = {k: np.asarray(v, dtype=np.float64) for k, v in reference_out.items()}
-    elif len(tfl.output_names) == 1:
-        expected_all = {tfl.output_names[0]: np.asarray(reference_out, dtype=np.float64)}
-    else:
-        raise ValueError(
-            f"reference returned one array but the TFLite model has outputs {tfl.output_names}; "
-            "return a dict of every output by name"
-        )
+    expected_all = _reference_outputs(reference(probes), tfl.output_names)
     got_all = {k: v.astype(np.float64) for k, v in tfl.predict_outputs(probes).items()}
-    if max_rel_error is None:
-        max_rel_error = (
-            FLOAT32_MAX_REL_ERROR if quantization == "float32" else DYNAMIC_RANGE_MAX_REL_ERROR
-        )
-    min_agreement = MIN_ARGMAX_AGREEMENT[quantization]
-
+    limit = MAX_REL_ERROR[quantization] if max_rel_error is None else max_rel_error
     problems: list[str] = []
     if set(got_all) != set(expected_all):
         problems.append(
@@ -229,76 +231,172 @@ def validate_tflite(
         )
     per_output: dict[str, dict[str, float | bool]] = {}
     for name in sorted(set(got_all) & set(expected_all)):
-        got, expected = got_all[name], expected_all[name]
-        finite = bool(np.isfinite(got).all())
-        if not finite:
-            bad = int((~np.isfinite(got)).sum())
-            problems.append(f"{name}: {bad} of {got.size} outputs are NaN or infinite")
-        if got.shape != expected.shape:
-            problems.append(f"{name}: output shape {got.shape}, TensorFlow gives {expected.shape}")
-            per_output[name] = {
-                "all_finite": finite,
-                "max_abs_diff": float("inf"),
-                "rel_error": float("inf"),
-                "argmax_agreement": 0.0,
-            }
-            continue
-        diff = np.where(np.isfinite(got), got - expected, np.inf)
-        max_abs = float(np.abs(diff).max()) if diff.size else 0.0
-        rel = float(np.linalg.norm(diff) / max(np.linalg.norm(expected), 1e-12))
-        has_classes = got.ndim > 1 and got.shape[-1] > 1
-        agreement = float((got.argmax(-1) == expected.argmax(-1)).mean()) if has_classes else 1.0
-        per_output[name] = {
-            "all_finite": finite,
-            "max_abs_diff": max_abs,
-            "rel_error": rel,
-            "argmax_agreement": agreement,
-        }
-        if not rel <= max_rel_error:
-            problems.append(
-                f"{name}: disagrees with TensorFlow: relative error {rel:.3g} > {max_rel_error:g} "
-                f"(max |diff| {max_abs:.3g}, argmax agreement {agreement:.0%})"
-            )
-        if name in argmax_outputs and has_classes and agreement < min_agreement:
-            problems.append(
-                f"{name}: picks TensorFlow's class on {agreement:.0%} of the probes "
-                f"(at least {min_agreement:.0%} required)"
-            )
-    worst = list(per_output.values())
-    all_finite = all(o["all_finite"] for o in worst) and bool(worst)
-    max_abs = max((float(o["max_abs_diff"]) for o in worst), default=float("inf"))
-    rel = max((float(o["rel_error"]) for o in worst), default=float("inf"))
-    agreement = min((float(o["argmax_agreement"]) for o in worst), default=0.0)
-    num_probes = len(next(iter(probes.values())))
+        per_output[name], found = _compare_output(
+            name,
+            got_all[name],
+            expected_all[name],
+            limit,
+            MIN_ARGMAX_AGREEMENT[quantization] if name in argmax_outputs else None,
+        )
+        problems += found
     min_bytes = int(MIN_SIZE_FRACTION[quantization] * param_bytes)
     if tfl.num_bytes < min_bytes:
         problems.append(
             f"file is {tfl.num_bytes:,} bytes, too small to hold {param_bytes:,} bytes of "
             f"float32 weights (expected at least {min_bytes:,})"
         )
-    resource_ops = sum(name in ("VAR_HANDLE", "READ_VARIABLE") for name in tfl.op_names())
+    worst = list(per_output.values())
     report = ValidationReport(
         quantization=quantization,
         model_bytes=tfl.num_bytes,
         param_bytes=param_bytes,
-        num_probes=num_probes,
-        all_finite=all_finite,
-        max_abs_diff=max_abs,
-        rel_error=rel,
-        argmax_agreement=agreement,
-        resource_variable_ops=resource_ops,
+        num_probes=len(next(iter(probes.values()))),
+        all_finite=all(o["all_finite"] for o in worst) and bool(worst),
+        max_abs_diff=max((float(o["max_abs_diff"]) for o in worst), default=float("inf")),
+        rel_error=max((float(o["rel_error"]) for o in worst), default=float("inf")),
+        argmax_agreement=min((float(o["argmax_agreement"]) for o in worst), default=0.0),
+        resource_variable_ops=sum(
+            name in ("VAR_HANDLE", "READ_VARIABLE") for name in tfl.op_names()
+        ),
         problems=problems,
         outputs=per_output,
     )
     if problems:
-        hint = ""
-        if resource_ops:
-            hint = (
-                f"; the model reads {resource_ops} resource-variable ops (VAR_HANDLE/"
-                "READ_VARIABLE): weights were not frozen, typically Keras 3 variables read "
-                "inside a plain tf.Module's tf.function; export with keras.export.ExportArchive"
-            )
         raise ConversionError(
-            f"TFLite {quantization} model failed validation: {'; '.join(problems)}{hint}"
+            f"TFLite {quantization} model failed validation: {'; '.join(problems)}"
+            + _resource_variable_hint(report.resource_variable_ops)
         )
     return report
+
+
+def _reference_outputs(
+    reference_out: np.ndarray | Mapping[str, np.ndarray], output_names: list[str]
+) -> dict[str, np.ndarray]:
+    if isinstance(reference_out, Mapping):
+        return {k: np.asarray(v, dtype=np.float64) for k, v in reference_out.items()}
+    if len(output_names) == 1:
+        return {output_names[0]: np.asarray(reference_out, dtype=np.float64)}
+    raise ValueError(
+        f"reference returned one array but the TFLite model has outputs {output_names}; "
+        "return a dict of every output by name"
+    )
+
+
+def _compare_output(
+    name: str,
+    got: np.ndarray,
+    expected: np.ndarray,
+    max_rel_error: float,
+    min_agreement: float | None,
+) -> tuple[dict[str, float | bool], list[str]]:
+    """One output against TensorFlow: its figures and the checks it failed.
+
+    ``min_agreement`` is set for class-score outputs (argmax must match on that share)."""
+    problems: list[str] = []
+    finite = bool(np.isfinite(got).all())
+    if not finite:
+        bad = int((~np.isfinite(got)).sum())
+        problems.append(f"{name}: {bad} of {got.size} outputs are NaN or infinite")
+    if got.shape != expected.shape:
+        problems.append(f"{name}: output shape {got.shape}, TensorFlow gives {expected.shape}")
+        figures = {"max_abs_diff": float("inf"), "rel_error": float("inf")}
+        return {"all_finite": finite, **figures, "argmax_agreement": 0.0}, problems
+    diff = np.where(np.isfinite(got), got - expected, np.inf)
+    max_abs = float(np.abs(diff).max()) if diff.size else 0.0
+    rel = float(np.linalg.norm(diff) / max(np.linalg.norm(expected), 1e-12))
+    has_classes = got.ndim > 1 and got.shape[-1] > 1
+    agreement = float((got.argmax(-1) == expected.argmax(-1)).mean()) if has_classes else 1.0
+    if not rel <= max_rel_error:
+        problems.append(
+            f"{name}: disagrees with TensorFlow: relative error {rel:.3g} > {max_rel_error:g} "
+            f"(max |diff| {max_abs:.3g}, argmax agreement {agreement:.0%})"
+        )
+    if min_agreement is not None and has_classes and agreement < min_agreement:
+        problems.append(
+            f"{name}: picks TensorFlow's class on {agreement:.0%} of the probes "
+            f"(at least {min_agreement:.0%} required)"
+        )
+    figures = {"max_abs_diff": max_abs, "rel_error": rel, "argmax_agreement": agreement}
+    return {"all_finite": finite, **figures}, problems
+
+
+def _resource_variable_hint(resource_ops: int) -> str:
+    if not resource_ops:
+        return ""
+    return (
+        f"; the model reads {resource_ops} resource-variable ops (VAR_HANDLE/"
+        "READ_VARIABLE): weights were not frozen, typically Keras 3 variables read "
+        "inside a plain tf.Module's tf.function; export with keras.export.ExportArchive"
+    )
+
+
+# --- SavedModel -> validated TFLite files ---------------------------------------------------
+
+
+@dataclass
+class ConversionResult:
+    """Every TFLite file of one SavedModel, each validated against TensorFlow."""
+
+    savedmodel_dir: Path
+    paths: dict[str, Path]  # quantization -> file
+    param_bytes: int
+    validations: dict[str, ValidationReport]
+    convert_seconds: dict[str, float]
+    signature_key: str = SERVING_KEY
+
+    @property
+    def float32_path(self) -> Path:
+        return self.paths["float32"]
+
+    @property
+    def dynamic_range_path(self) -> Path:
+        return self.paths["dynamic_range"]
+
+    @property
+    def float32_bytes(self) -> int:
+        return self.float32_path.stat().st_size
+
+    @property
+    def dynamic_range_bytes(self) -> int:
+        return self.dynamic_range_path.stat().st_size
+
+
+def convert_savedmodel(
+    savedmodel_dir: str | Path,
+    out_dir: str | Path,
+    probe_inputs: Mapping[str, np.ndarray] | None = None,
+    signature_key: str = SERVING_KEY,
+    quantizations: tuple[Quantization, ...] = QUANTIZATIONS,
+) -> ConversionResult:
+    """Convert a SavedModel signature to TFLite (float32 and dynamic-range) and validate each.
+
+    Writes ``model_<quantization>.tflite`` into ``out_dir`` only after it passes
+    :func:`validate_tflite`; raises :class:`ConversionError` otherwise (a bad folder:
+    :class:`NotASavedModelError`). ``probe_inputs`` (real samples are best) default to random
+    0/1 inputs shaped like the signature.
+    """
+    reference = load_serving_fn(savedmodel_dir, signature_key)  # the one folder check
+    folder = Path(savedmodel_dir)
+    signature = reference.signature  # type: ignore[attr-defined]
+    if probe_inputs is None:
+        probe_inputs = probe_inputs_from_signature(signature)
+    param_bytes = signature_param_bytes(signature)
+    out_dir = Path(out_dir)
+    paths: dict[str, Path] = {}
+    validations: dict[str, ValidationReport] = {}
+    seconds: dict[str, float] = {}
+    for quantization in quantizations:
+        start = time.perf_counter()
+        content = _convert(folder, quantization, signature_key)
+        seconds[quantization] = time.perf_counter() - start
+        validations[quantization] = validate_tflite(
+            TFLiteModel(content, signature_key),
+            reference,
+            probe_inputs,
+            quantization=quantization,
+            param_bytes=param_bytes,
+        )
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paths[quantization] = out_dir / f"model_{quantization}.tflite"
+        paths[quantization].write_bytes(content)
+    return ConversionResult(folder, paths, param_bytes, validations, seconds, signature_key)

@@ -48,7 +48,7 @@ def build_section(out_dir: Path, quick: bool) -> Section:
     def timed(name: str, start: float) -> None:
         timings.append([name, round(time.perf_counter() - start, 2)])
 
-    from graph_inspector.fingerprint import start_fingerprints
+    from graph_inspector_harness.fingerprint import start_fingerprints
 
     # The determinism check runs in two fresh processes: start them now, collect them later,
     # so their TensorFlow start-up overlaps with the work below.
@@ -61,12 +61,12 @@ def build_section(out_dir: Path, quick: bool) -> Section:
 
     start = time.perf_counter()
     with step("trace and inspect the BERT-tiny classifier's FuncGraph"):
-        _graph_part(section, out_dir, quick)
+        graph = _graph_part(section, out_dir, quick)
     timed("FuncGraph inspection + drawings", start)
 
     start = time.perf_counter()
     with step("run every retracing trigger under the monitor"):
-        _retrace_part(section)
+        retraces = _retrace_part(section)
     timed("retracing scenarios", start)
 
     with step("determinism: the same graph JSON in two separate processes"):
@@ -80,22 +80,48 @@ def build_section(out_dir: Path, quick: bool) -> Section:
         timed("XLA / MLIR", start)
 
     start = time.perf_counter()
-    _pipeline_part(section, out_dir, quick)
+    pipeline = _pipeline_part(section, out_dir, quick)
     timed("BERT pipeline", start)
 
     section.tables.append(Table("Lab 03 timings (s)", ["step", "seconds"], timings))
+    section.headline = headline(pipeline, retraces, graph)
     return section
+
+
+def headline(pipeline: Any, retraces: tuple[int, int], graph: str) -> list[tuple[str, str]]:
+    """The section's key figures: TFLite accuracy and size, retraces explained, the graph."""
+    from graph_inspector.units import human_bytes
+
+    lines = []
+    if pipeline is not None:
+        acc, sizes = pipeline.accuracy, pipeline.sizes
+        lines.append(
+            (
+                "BERT-tiny TFLite dev accuracy, float32 / dynamic-range (TF)",
+                f"{100 * acc['tflite_float32']:.2f}% / {100 * acc['tflite_dynamic_range']:.2f}% "
+                f"({100 * acc['tf']:.2f}%), {human_bytes(sizes['tflite_float32'])} / "
+                f"{human_bytes(sizes['tflite_dynamic_range'])}",
+            )
+        )
+    else:
+        lines.append(("BERT-tiny to TFLite", "the pipeline failed (see the checks)"))
+    passed, total = retraces
+    lines.append(
+        ("retraces explained", f"{passed}/{total} scenarios: cause named, count = TF's count")
+    )
+    lines.append(("BERT-tiny FuncGraph", graph))
+    return lines
 
 
 # --- 1. the graph ---------------------------------------------------------------------------
 
 
-def _graph_part(section: Section, out_dir: Path, quick: bool) -> None:
+def _graph_part(section: Section, out_dir: Path, quick: bool) -> str:
     import tensorflow as tf
-
     from graph_inspector.bert import BertConfig, BertForSequenceClassification
     from graph_inspector.cost_rules import category
     from graph_inspector.inspect_graph import trace_and_inspect
+    from graph_inspector.render import draw_full_graph_svg, draw_scope_overview_svg
 
     config = BertConfig()
     seq_len = 64 if quick else 128
@@ -107,16 +133,18 @@ def _graph_part(section: Section, out_dir: Path, quick: bool) -> None:
     spec = tf.TensorSpec([1, seq_len], tf.int32)
     report = trace_and_inspect(classify, spec, spec, spec)
 
-    drawing = report.render(out_dir / "bert_tiny_funcgraph", hide_ops=("Const", "NoOp"))
+    overview = draw_scope_overview_svg(report, out_dir / "bert_tiny_funcgraph.svg")
+    full = draw_full_graph_svg(report, out_dir / "bert_tiny_funcgraph_full.svg")
     histogram = report.plot_op_histogram(out_dir / "bert_tiny_op_histogram.png")
     (out_dir / "bert_tiny_funcgraph.json").write_text(report.to_json())
     (out_dir / "bert_tiny_funcgraph.dot").write_text(report.to_dot(hide_ops=("Const", "NoOp")))
-    how = "Graphviz SVG" if drawing.suffix == ".svg" else "matplotlib (no Graphviz `dot` here)"
     section.images.append(
         Image(
-            drawing,
-            f"FuncGraph of BERT-tiny classify() at [1, {seq_len}], {report.node_count} nodes "
-            f"(Const/NoOp hidden), drawn with {how}; colour = op family",
+            overview,
+            f"FuncGraph of BERT-tiny classify() at [1, {seq_len}] ({report.node_count} nodes), "
+            "one box per name scope (layer, attention block) with its node count, FLOPs and "
+            f"main ops; colour = op family. Every node: {full.name} (beside this report), "
+            "also bert_tiny_funcgraph.dot and .json",
         )
     )
     section.images.append(Image(histogram, "Nodes per op type in the same FuncGraph"))
@@ -173,13 +201,17 @@ def _graph_part(section: Section, out_dir: Path, quick: bool) -> None:
             f"{len(report.uncostable)} uncostable of {report.node_count}",
         )
     )
+    return (
+        f"{report.node_count} nodes, {measured / 1e6:.1f} MFLOP in matrix products "
+        f"({'=' if measured == expected else '≠'} the hand count)"
+    )
 
 
 # --- 2. retracing -----------------------------------------------------------------------------
 
 
-def _retrace_part(section: Section) -> None:
-    from graph_inspector.retrace_scenarios import run_all
+def _retrace_part(section: Section) -> tuple[int, int]:
+    from graph_inspector_harness.scenarios import run_all
 
     rows = []
     for result in run_all():
@@ -212,12 +244,12 @@ def _retrace_part(section: Section) -> None:
         )
     )
     _bert_retrace(section)
+    return sum(bool(row[-1]) for row in rows), len(rows)
 
 
 def _bert_retrace(section: Section) -> None:
     """The BERT classifier itself (reduce_retracing=True on call) under the monitor."""
     import tensorflow as tf
-
     from graph_inspector.bert import BertConfig, BertForSequenceClassification
     from graph_inspector.retrace import explain_retracing
 
@@ -244,7 +276,7 @@ def _bert_retrace(section: Section) -> None:
 
 
 def _determinism_part(section: Section, kind: str, procs: list[Any] | Exception) -> None:
-    from graph_inspector.fingerprint import collect_fingerprints
+    from graph_inspector_harness.fingerprint import collect_fingerprints
 
     name = f"FuncGraph deterministic across 2 processes ({kind})"
     try:
@@ -270,7 +302,6 @@ def _determinism_part(section: Section, kind: str, procs: list[Any] | Exception)
 
 def _xla_mlir_part(section: Section) -> None:
     import tensorflow as tf
-
     from graph_inspector.bert import BertConfig, BertForSequenceClassification
     from graph_inspector.inspect_graph import mlir_op_counts, trace_and_inspect, xla_stats
 
@@ -302,18 +333,9 @@ def _xla_mlir_part(section: Section) -> None:
 # --- 5. pipeline ------------------------------------------------------------------
 
 
-def _pipeline_part(section: Section, out_dir: Path, quick: bool) -> None:
-    try:
-        from graph_inspector.pipeline import run_demo
-    except ImportError as exc:
-        section.checks.append(
-            Check(
-                "BERT pipeline (SavedModel → TFLite) available",
-                False,
-                f"graph_inspector.pipeline could not be imported: {exc}",
-            )
-        )
-        return
+def _pipeline_part(section: Section, out_dir: Path, quick: bool) -> Any:
+    from graph_inspector_harness.pipeline_steps import run_demo
+
     try:
         result = run_demo(out_dir, quick=quick)
     except Exception as exc:  # noqa: BLE001 - report it as a failed check, keep the section
@@ -324,8 +346,9 @@ def _pipeline_part(section: Section, out_dir: Path, quick: bool) -> None:
                 f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}",
             )
         )
-        return
+        return None
     section.checks += list(result.checks)
     section.tables += list(result.tables)
-    section.images += list(getattr(result, "images", []))
-    section.texts += list(getattr(result, "texts", []))
+    section.images += list(result.images)
+    section.texts += list(result.texts)
+    return result

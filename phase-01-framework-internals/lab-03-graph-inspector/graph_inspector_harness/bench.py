@@ -1,6 +1,6 @@
 """What a retrace costs, on the BERT-tiny classifier (one process, baseline in the same run).
 
-    python bench_retrace.py [--repeats N]
+    python -m graph_inspector bench [--repeats N]
 
 1. A call that reuses a trace (baseline) vs a call that traces (a fresh tf.function object
    each time, so every call traces): medians and the ratio.
@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
@@ -19,13 +18,17 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="timed repetitions per median")
-    args = parser.parse_args()
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
+def run_bench(repeats: int = 5) -> int:
+    """Print the two measurements; returns the exit status (0)."""
+    from graph_inspector.retrace import quiet_tf_retracing_warnings
 
+    # Every fresh tf.function below traces on purpose; TF's "N out of the last M calls
+    # triggered retracing" warning would print over the explanation, so it is dropped.
+    with quiet_tf_retracing_warnings():
+        return _measure(repeats)
+
+
+def _measure(repeats: int) -> int:
     import tensorflow as tf
     from graph_inspector.bert import BertConfig, BertForSequenceClassification
     from graph_inspector.retrace import explain_retracing
@@ -46,7 +49,7 @@ def main() -> int:
     reusing = tf.function(classify)
     reusing(*x)  # trace once
     reuse_times, trace_times = [], []
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         start = time.perf_counter()
         reusing(*x)
         reuse_times.append(time.perf_counter() - start)
@@ -72,7 +75,7 @@ def main() -> int:
         assert log.traces == log.tracing_count(), "monitor and TensorFlow disagree"
         traces[name] = log.traces
 
-    print(f"BERT-tiny classifier, batch 1, seq 64, {args.repeats} repetitions (medians)")
+    print(f"BERT-tiny classifier, batch 1, seq 64, {repeats} repetitions (medians)")
     print(f"  call reusing a trace : {reuse_ms:9.2f} ms")
     print(f"  call that traces     : {trace_ms:9.2f} ms   ({trace_ms / reuse_ms:.0f}x the reuse)")
     print(f"{len(lengths)} sequence lengths {lengths[0]}..{lengths[-1]}, one call each")
@@ -81,7 +84,3 @@ def main() -> int:
     ratio = totals["exact shapes"] / totals["input_signature [1, None]"]
     print(f"  input_signature speed-up: {ratio:.1f}x")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

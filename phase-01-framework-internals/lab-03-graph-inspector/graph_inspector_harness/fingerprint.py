@@ -1,5 +1,5 @@
-"""Graph fingerprints for the determinism check: ``python -m graph_inspector.fingerprint KIND``
-prints ``{"node_count": N, "sha256": H}`` of the GraphReport JSON of a fixed model, so two
+"""Graph fingerprints for the determinism check (``python -m graph_inspector_harness.fingerprint
+KIND``) prints ``{"node_count": N, "sha256": H}`` of the GraphReport JSON of a fixed model, so two
 separate processes can be compared (same code + same inputs must give the same graph).
 """
 
@@ -18,7 +18,6 @@ KINDS = ("mlp", "bert")
 def mlp_report(batch: int = 4) -> Any:
     """A two-layer MLP written with raw variables: MatMul, BiasAdd, Relu, Softmax."""
     import tensorflow as tf
-
     from graph_inspector.inspect_graph import trace_and_inspect
 
     class MLP(tf.Module):
@@ -42,7 +41,6 @@ def mlp_report(batch: int = 4) -> Any:
 def bert_report(seq_len: int = 32, num_labels: int = 5) -> Any:
     """The BERT-tiny classifier (model), built and traced at [1, seq_len]."""
     import tensorflow as tf
-
     from graph_inspector.bert import BertConfig, BertForSequenceClassification
     from graph_inspector.inspect_graph import trace_and_inspect
 
@@ -74,7 +72,7 @@ def start_fingerprints(kind: str, processes: int = 2) -> list[subprocess.Popen]:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="random")
     return [
         subprocess.Popen(
-            [sys.executable, "-m", "graph_inspector.fingerprint", kind],
+            [sys.executable, "-m", "graph_inspector_harness.fingerprint", kind],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -104,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0] not in KINDS:
         print(
-            f"usage: python -m graph_inspector.fingerprint {{{','.join(KINDS)}}}", file=sys.stderr
+            f"usage: python -m graph_inspector_harness.fingerprint {{{','.join(KINDS)}}}",
+            file=sys.stderr,
         )
         return 2
     print(json.dumps(fingerprint(args[0]), sort_keys=True))

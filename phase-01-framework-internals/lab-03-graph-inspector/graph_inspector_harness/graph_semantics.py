@@ -1,5 +1,5 @@
 """What tracing does to Python: AutoGraph's rewrite of ``if``/``for``, and how variables differ
-from captured Python values. Run ``python -m graph_inspector.graph_semantics`` to see it.
+from captured Python values. Run ``python -m graph_inspector_harness.graph_semantics`` to see it.
 
 - A Python ``if`` on a Python bool is decided while tracing (no op in the graph); on a tensor,
   AutoGraph rewrites it to ``tf.cond`` (an ``If``/``StatelessIf`` node with both branches).

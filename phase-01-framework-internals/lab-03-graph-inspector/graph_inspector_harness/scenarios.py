@@ -320,7 +320,7 @@ def composite_tensors() -> ScenarioResult:
         sparse_sum(tf.sparse.from_dense(tf.ones([2, 3])))
         sparse_sum(tf.sparse.from_dense(tf.ones([4, 3])))  # dense shape changed
     return ScenarioResult(
-        "RaggedTensor / SparseTensor spec changes", log, 4, [("r", "shape"), ("s", "shape")]
+        "RaggedTensor / SparseTensor spec changes", log, 4, [("r", "spec"), ("s", "shape")]
     )
 
 
@@ -413,3 +413,11 @@ FIXES: list[Callable[[], ScenarioResult]] = [
 
 def run_all() -> list[ScenarioResult]:
     return [scenario() for scenario in [*TRIGGERS, *FIXES]]
+
+
+def fix_scenarios() -> dict[tuple[str, str], Callable[[], Any]]:
+    """Every fix the monitor can suggest, applied to its scenario: (rule, fix key) -> run."""
+    from graph_inspector_harness import fix_scenarios_objects  # noqa: F401 - registers its cases
+    from graph_inspector_harness.fix_scenarios import FIX_SCENARIOS
+
+    return dict(FIX_SCENARIOS)

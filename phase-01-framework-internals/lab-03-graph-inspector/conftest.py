@@ -1,0 +1,38 @@
+"""Fixtures shared by test_lab.py and tests/: the pipeline run once per session, a small
+SavedModel."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import tensorflow as tf  # noqa: E402
+from graph_inspector_harness.pipeline_steps import run_demo  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def small_savedmodel(tmp_path_factory):
+    class Classifier(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(tf.random.stateless_normal([8, 4], seed=[1, 2]))
+            self.b = tf.Variable(tf.zeros([4]))
+
+        @tf.function(input_signature=[tf.TensorSpec([2, 8], tf.float32, name="x")])
+        def serve(self, x):
+            return {"probs": tf.nn.softmax(tf.matmul(x, self.w) + self.b)}
+
+    folder = tmp_path_factory.mktemp("sm") / "classifier"
+    model = Classifier()
+    tf.saved_model.save(model, str(folder), signatures={"serving_default": model.serve})
+    return folder
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory):
+    return run_demo(tmp_path_factory.mktemp("lab03_pipeline"), quick=True)

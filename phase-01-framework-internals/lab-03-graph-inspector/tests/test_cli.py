@@ -1,0 +1,139 @@
+"""`python -m graph_inspector`: one-line errors, inspect, convert."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import tensorflow as tf  # noqa: E402
+from graph_inspector import cli  # noqa: E402
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "graph_inspector", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, needle: str) -> None:
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("graph_inspector: error:") and needle in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["inspect", "convert"])
+def test_cli_bad_path_and_not_a_savedmodel(tmp_path, command):
+    proc = run_cli(command, str(tmp_path / "missing"))
+    assert_one_line_error(proc, "no such file or directory")
+    assert proc.returncode == cli.EXIT_USAGE
+    proc = run_cli(command, str(tmp_path))
+    assert_one_line_error(proc, "is not a SavedModel")
+    assert proc.returncode == cli.EXIT_USAGE
+
+
+@pytest.mark.parametrize("command", ["inspect", "convert"])
+def test_cli_corrupt_savedmodel_is_one_line(tmp_path, command):
+    (tmp_path / "saved_model.pb").write_bytes(b"not a protobuf")
+    proc = run_cli(command, str(tmp_path))
+    assert_one_line_error(proc, "could not be loaded as a SavedModel")
+    assert proc.returncode == cli.EXIT_USAGE  # convert exited 1 with an OSError line
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        ([], "required: command"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["inspect", ".", "--unknown-dim", "x"], "--unknown-dim: invalid int value: 'x'"),
+        (["convert", ".", "--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_cli_argument_errors_are_one_line(argv, needle, capsys):
+    # Regression: argparse printed its usage block and a "python -m graph_inspector <cmd>:" prefix.
+    assert cli.main(argv) == cli.EXIT_USAGE
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("graph_inspector: error: "), captured.err
+    assert needle in lines[0] and captured.out == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["inspect", "{sm}", "--json", "{tmp}/missing/r.json"], "missing does not exist"),
+        (["inspect", "{sm}", "--dot", "{tmp}"], "is a folder, expected a file name"),
+        (["convert", "{sm}", "--out", "{tmp}/a_file"], "a_file: exists and is not a folder"),
+        (["convert", "{sm}", "--out", "{tmp}/a_file/sub"], "a_file is a file, not a folder"),
+    ],
+)
+def test_cli_output_paths_are_checked_before_the_work(tmp_path, argv, needle, capsys):
+    # Regression: the paths were only tried after the work (inspect crashed with exit 1 at the
+    # end). The SavedModel here is corrupt, so reaching the work would report that instead.
+    sm = tmp_path / "sm"
+    sm.mkdir()
+    (sm / "saved_model.pb").write_bytes(b"not a protobuf")
+    (tmp_path / "a_file").write_text("")
+    argv = [a.format(sm=sm, tmp=tmp_path) for a in argv]
+    assert cli.main(argv) == cli.EXIT_USAGE
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("graph_inspector: error: ")
+    assert needle in lines[0] and "could not be loaded" not in lines[0], lines[0]
+
+
+def test_cli_unconvertible_graph_is_one_line(tmp_path):
+    class PyFunc(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([2, 8], tf.float32, name="x")])
+        def serve(self, x):
+            # tf.py_function runs Python: TFLite has no kernel for it (neither builtin nor flex).
+            return {"y": tf.py_function(lambda t: t * 2, [x], tf.float32)}
+
+    module = PyFunc()
+    folder = tmp_path / "pyfunc"
+    tf.saved_model.save(module, str(folder), signatures={"serving_default": module.serve})
+    proc = run_cli("convert", str(folder), "--out", str(tmp_path / "out"))
+    assert_one_line_error(proc, "conversion")
+    assert proc.returncode == cli.EXIT_FAILED
+    assert not (tmp_path / "out" / "model_float32.tflite").exists()
+
+
+def test_cli_inspect_small_savedmodel(small_savedmodel, tmp_path, capsys):
+    json_path, dot_path = tmp_path / "g.json", tmp_path / "g.dot"
+    code = cli.main(
+        ["inspect", str(small_savedmodel), "--json", str(json_path), "--dot", str(dot_path)]
+        + ["--mlir", "--tensorboard", str(tmp_path / "tb")]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "signature 'serving_default'" in out and "MatMul" in out and "tf.MatMul" in out
+    data = json.loads(json_path.read_text())["serving_default"]
+    assert data["captured_variables"] == {"count": 2, "bytes": (8 * 4 + 4) * 4}
+    mm = [n for n in data["nodes"] if n["op"] == "MatMul"][0]
+    assert mm["cost"]["flops"] == 2 * 2 * 4 * 8
+    assert dot_path.read_text().startswith("digraph")
+    assert list((tmp_path / "tb" / "serving_default").glob("events.out.tfevents.*"))
+
+
+def test_cli_inspect_xla(small_savedmodel, capsys):
+    assert cli.main(["inspect", str(small_savedmodel), "--xla"]) == 0
+    out = capsys.readouterr().out
+    assert "XLA (jit_compile=True" in out and " dot " in out.replace(",", " ")
+
+
+def test_cli_unknown_signature_is_one_line(small_savedmodel, capsys):
+    assert cli.main(["inspect", str(small_savedmodel), "--signature", "nope"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no signature 'nope'" in err[0]

@@ -1,0 +1,218 @@
+"""Graph inspection: the cost model, the walk (calls, control flow), outputs and drawings."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import tensorflow as tf  # noqa: E402
+from graph_inspector.inspect_graph import trace_and_inspect  # noqa: E402
+
+
+def node_of(report, op: str):
+    matches = [n for n in report.nodes if n.op == op]
+    assert matches, f"no {op} node in {[n.op for n in report.nodes]}"
+    return matches[0]
+
+
+def test_matmul_flops_is_2mnk_and_honours_transpose():
+    m, k, n = 6, 5, 7
+    report = trace_and_inspect(
+        lambda a, b: tf.matmul(a, b, transpose_b=True),
+        tf.TensorSpec([m, k], tf.float32),
+        tf.TensorSpec([n, k], tf.float32),
+    )
+    mm = node_of(report, "MatMul")
+    assert mm.cost.flops == 2 * m * n * k
+    assert mm.cost.bytes_moved == 4 * (m * k + n * k + m * n)
+
+
+def test_batch_matmul_flops_with_broadcast_batch():
+    b, m, k, n = 3, 4, 5, 6
+    report = trace_and_inspect(
+        tf.matmul, tf.TensorSpec([b, m, k], tf.float32), tf.TensorSpec([k, n], tf.float32)
+    )
+    bmm = node_of(report, "BatchMatMulV2")
+    assert bmm.cost.flops == 2 * b * m * n * k
+
+
+def test_einsum_flops_count_every_point_of_the_index_space():
+    b, i, j, k = 2, 3, 4, 5
+    report = trace_and_inspect(
+        lambda x, y: tf.einsum("bij,bjk->bik", x, y),
+        tf.TensorSpec([b, i, j], tf.float32),
+        tf.TensorSpec([b, j, k], tf.float32),
+    )
+    assert node_of(report, "Einsum").cost.flops == 2 * b * i * j * k
+
+
+@pytest.mark.parametrize(
+    ("equation", "shapes", "flops"),
+    [
+        # Regression: 12000 (2 per point of i·j·k). The [30,40] operand is summed to a scalar
+        # first (30·40 adds), then multiplied into the 5 outputs (5 multiplies).
+        ("ij,k->k", [[30, 40], [5]], 30 * 40 + 5),
+        # k lives only in the second operand: sum [3,4] over k (12), then a matvec (2·2·3).
+        ("ij,jk->i", [[2, 3], [3, 4]], 3 * 4 + 2 * 2 * 3),
+        ("i,j->", [[3], [4]], 3 + 4 + 1),  # sum each vector, multiply the two sums
+        ("i,j->ij", [[3], [4]], 3 * 4),  # outer product: one multiply per output
+        ("ii->", [[5, 5]], 5),  # trace: five adds
+    ],
+)
+def test_einsum_flops_reduce_a_one_sided_label_first(equation, shapes, flops):
+    specs = [tf.TensorSpec(s, tf.float32) for s in shapes]
+    report = trace_and_inspect(lambda *xs: tf.einsum(equation, *xs), *specs)
+    assert node_of(report, "Einsum").cost.flops == flops
+
+
+def test_conv2d_elementwise_reduction_softmax_costs():
+    report = trace_and_inspect(
+        lambda x, w: tf.nn.softmax(tf.reduce_sum(tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME")), [1])),
+        tf.TensorSpec([2, 8, 8, 3], tf.float32),
+        tf.TensorSpec([3, 3, 3, 4], tf.float32),
+    )
+    out_elems = 2 * 8 * 8 * 4
+    assert node_of(report, "Conv2D").cost.flops == 2 * out_elems * 3 * 3 * 3
+    assert node_of(report, "Relu").cost.flops == out_elems
+    assert node_of(report, "Sum").cost.flops == out_elems  # one add per input element
+    assert node_of(report, "Softmax").cost.flops == 5 * (2 * 8 * 4)
+    # The rest (placeholders, the axis Const, the output Identity) are free: the hand total.
+    hand_total = 2 * out_elems * 27 + out_elems + out_elems + 5 * (2 * 8 * 4)
+    assert report.total_flops == hand_total
+
+
+def test_uncostable_ops_are_listed_not_guessed():
+    report = trace_and_inspect(
+        lambda x: tf.matmul(x, tf.ones([3, 2])) + tf.random.stateless_uniform([1, 2], seed=[1, 2]),
+        tf.TensorSpec([None, 3], tf.float32),
+    )
+    mm = node_of(report, "MatMul")
+    assert mm.cost is None and "dynamic shape float32[None,3]" in mm.uncostable_reason
+    rng = [n for n in report.uncostable if n.op.startswith("StatelessRandomUniform")]
+    assert rng and rng[0].uncostable_reason.startswith("no cost rule for op type")
+    listed = json.loads(report.to_json())["uncostable"]
+    assert {u["name"] for u in listed} == {n.name for n in report.uncostable}
+    assert "not costed (listed, not guessed)" in report.summary()
+
+
+def test_report_inputs_skip_python_values_in_the_signature():
+    # Regression: a Python value before a tensor shifted the input names (and the count took
+    # captured variables for inputs).
+    v = tf.Variable(tf.ones([2, 3]))
+
+    @tf.function
+    def f(x, scale=1.0, training=False, extra=None):
+        y = x * scale * v
+        return y + tf.reduce_sum(extra["a"]) if training else y
+
+    report = trace_and_inspect(f, tf.ones([2, 3]), training=True, extra={"a": tf.ones([4])})
+    assert [(t.name, t.shape) for t in report.inputs] == [("x", (2, 3)), ("extra['a']", (4,))]
+
+
+def test_nested_tf_function_calls_are_expanded():
+    w = tf.Variable(tf.ones([3, 4]))
+
+    @tf.function
+    def inner(x):
+        return tf.nn.relu(tf.matmul(x, w))
+
+    @tf.function
+    def outer(x):
+        return tf.reduce_sum(inner(x))
+
+    spec = tf.TensorSpec([2, 3], tf.float32)
+    expanded = trace_and_inspect(outer, spec)
+    mm = node_of(expanded, "MatMul")
+    assert mm.name.endswith("PartitionedCall/MatMul") and mm.cost.flops == 2 * 2 * 4 * 3
+    assert mm.inputs[0] == "x:0"  # the callee's parameter is wired to the caller's input
+    assert not any(n.op.endswith("PartitionedCall") for n in expanded.nodes)
+    flat = trace_and_inspect(outer, spec, expand_calls=False)
+    call = node_of(flat, "StatefulPartitionedCall")
+    assert call.cost is None and flat.node_count < expanded.node_count
+
+
+def test_cond_and_while_bodies_are_listed_but_not_totalled():
+    # Regression: the ops inside tf.cond branches and tf.while_loop bodies were missing.
+    @tf.function
+    def f(x, n):
+        y = tf.cond(tf.reduce_sum(x) > 0, lambda: tf.nn.relu(x), lambda: -x)
+        return tf.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, v * 2.0), [0, y])[1]
+
+    report = trace_and_inspect(f, tf.TensorSpec([4], tf.float32), tf.TensorSpec([], tf.int32))
+    relu, neg, mul = (node_of(report, op) for op in ("Relu", "Neg", "Mul"))
+    assert relu.inside == "cond/then_branch" and neg.inside == "cond/else_branch"
+    assert mul.inside == "while/body"
+    assert relu.inputs == ("x:0",) and relu.cost.flops == 4  # wired to the cond's operand
+    assert node_of(report, "Less").inside == "while/cond"
+    assert report.op_histogram["Relu"] == report.op_histogram["Neg"] == 1
+    # Totals: only the top-level Sum (4 adds) and Greater (1); If/While listed as not costed.
+    assert report.total_flops == 4 + 1
+    assert sorted(n.op for n in report.uncostable) == ["StatelessIf", "StatelessWhile"]
+    assert "inside If branches / While bodies" in report.summary()
+
+
+def test_switch_case_branches_are_listed_but_not_totalled():
+    @tf.function
+    def f(x, i):
+        return tf.switch_case(i, [lambda: tf.nn.relu(x), lambda: tf.tanh(x), lambda: tf.exp(x)])
+
+    report = trace_and_inspect(f, tf.TensorSpec([4], tf.float32), tf.TensorSpec([], tf.int32))
+    case = next(n for n in report.nodes if n.op in ("Case", "StatelessCase"))
+    for index, op in enumerate(("Relu", "Tanh", "Exp")):
+        node = node_of(report, op)
+        assert node.inside == f"{case.name}/branches/{index}", (op, node.inside)
+        assert node.inputs == ("x:0",)  # wired to the operand, not the branch's placeholder
+    assert [n.op for n in report.uncostable] == [case.op]
+    assert report.total_flops == 0  # nothing outside the branches does arithmetic
+
+
+def test_json_dot_tensorboard_and_drawing(tmp_path):
+    report = trace_and_inspect(
+        lambda x: tf.nn.relu(tf.matmul(x, tf.ones([3, 3]))), tf.TensorSpec([2, 3], tf.float32)
+    )
+    data = json.loads(report.to_json())
+    assert data["node_count"] == report.node_count == len(data["nodes"])
+    first = data["nodes"][0]
+    assert set(first) >= {"name", "op", "inputs", "outputs", "cost"}
+    # Byte-identical JSON across processes: test_graph_json_identical_in_two_processes.
+    dot = report.to_dot()
+    assert dot.startswith("digraph")
+    # Edges read back from the DOT text, by node name (the second line of each label).
+    names = dict(re.findall(r'^  (n\d+) \[label="[^\\]*\\n([^\\"]*)', dot, re.M))
+    edges = {(names[a], names[b]) for a, b in re.findall(r"^  (n\d+) -> (n\d+);", dot, re.M)}
+    assert edges == {("x", "MatMul"), ("ones", "MatMul"), ("MatMul", "Relu"), ("Relu", "Identity")}
+    drawing = report.render(tmp_path / "graph")
+    assert drawing.exists() and drawing.stat().st_size > 1000
+    assert report.plot_op_histogram(tmp_path / "hist.png").exists()
+    logdir = report.write_tensorboard(tmp_path / "tb")
+    assert list(logdir.glob("events.out.tfevents.*"))
+
+
+def test_autograph_rewrites_tensor_if_and_for_but_not_python_ones():
+    from graph_inspector_harness.graph_semantics import control_flow_views
+
+    views = {v.name: v for v in control_flow_views()}
+    control = ("If", "StatelessIf", "While", "StatelessWhile")
+    assert views["python if (bool=True)"].count(*control) == 0
+    assert views["tensor if"].count("If", "StatelessIf") == 1
+    assert views["python for range(3)"].count("Mul") == 3  # unrolled at trace time
+    assert views["python for range(3)"].count(*control) == 0
+    assert views["tensor for tf.range(n)"].count("While", "StatelessWhile") == 1
+    assert "ag__.if_stmt" in views["tensor if"].autograph_code
+    assert "ag__.for_stmt" in views["tensor for tf.range(n)"].autograph_code
+
+
+def test_variable_captured_by_reference_python_value_by_value():
+    from graph_inspector_harness.graph_semantics import variable_vs_python_capture
+
+    demo = variable_vs_python_capture()
+    assert (demo.variable_before, demo.variable_after_assign) == (2.0, 5.0)
+    assert (demo.python_before, demo.python_after_rebind) == (2.0, 2.0)  # stale, no retrace
+    assert demo.traces == 2

@@ -1,0 +1,190 @@
+"""The retrace monitor: causes, explanations, wrapping, the call context, edge cases."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from graph_inspector.retrace import RetraceMonitor, explain_retracing  # noqa: E402
+from graph_inspector_harness import scenarios as retrace_scenarios  # noqa: E402
+
+
+def test_retrace_explanations_say_now_and_before():
+    text = retrace_scenarios.new_shape().log.report()
+    assert "x: now float32[4,3], before float32[2,3]" in text
+    assert "tf.TensorSpec([None, 3], tf.float32)" in text  # the suggested input_signature
+    text = retrace_scenarios.new_python_value().log.report()
+    assert "training: now True, before False" in text
+    text = retrace_scenarios.new_dtype().log.report()
+    assert "x: now float64[3], before float32[3]" in text
+    text = retrace_scenarios.new_closure_argument().log.report()
+    assert "capturing scale=3.0" in text and "capturing scale=2.0" in text
+    text = retrace_scenarios.redefined_in_loop().log.report()
+    assert "hoist the tf.function" in text and "<captured> scale: now 3.0, before 2.0" in text
+
+
+def test_retrace_monitor_wrapping_and_closest_trace():
+    @tf.function
+    def f(x, mode):
+        return x * 2 if mode == "double" else x
+
+    monitor = RetraceMonitor(f)
+    monitor(tf.ones([2]), "double")
+    monitor(tf.ones([3]), "double")  # shape differs from trace 1
+    monitor(tf.ones([2]), "same")  # closest earlier trace is trace 1: only `mode` differs
+    monitor(tf.ones([3]), "double")  # reuses trace 2
+    assert monitor.traces == f.experimental_get_tracing_count() == 3
+    last = monitor.records[2]
+    assert [(c.arg, c.kind) for c in last.causes] == [("mode", "python value")]
+    assert str(last.causes[0]) == "mode: now 'same', before 'double'"
+    assert monitor.records[3].new_traces == 0
+
+
+def test_retrace_monitor_wraps_plain_function_and_rejects_non_callable():
+    monitor = RetraceMonitor(lambda x: x + 1, reduce_retracing=True)
+    for n in (1, 2, 3):
+        monitor(tf.ones([n]))
+    assert monitor.traces == monitor.fn.experimental_get_tracing_count() == 2
+    with pytest.raises(TypeError, match="tf.function or a callable"):
+        RetraceMonitor(42)
+
+
+def test_explain_retracing_restores_tf_function_call():
+    call_before = type(tf.function(lambda: None)).__call__
+    with explain_retracing():
+        pass
+    assert type(tf.function(lambda: None)).__call__ is call_before
+    with pytest.raises(TypeError, match="cannot watch"):
+        with explain_retracing(42):
+            pass
+
+
+def test_retrace_of_a_function_traced_before_monitoring():
+    # Regression: the first monitored retrace was reported as "first call", 0 retraces.
+    result = retrace_scenarios.traced_before_monitoring()
+    text = result.log.report()
+    assert "first call" not in text, text
+    assert len(result.log.retraces) == 1 and result.log.records[0].retraced
+    assert "x: now float32[2], before float32[1] (a trace made before monitoring began)" in text
+
+
+def test_retrace_monitor_stores_the_generalized_trace_of_reduce_retracing():
+    # Regression: the stored trace kept the call's [4,3], so a Python-value retrace also blamed x.
+    result = retrace_scenarios.python_value_under_reduce_retracing()
+    traced = [r for r in result.log.records if r.new_traces]
+    assert [(c.arg, c.kind) for c in traced[-1].causes] == [("flag", "python value")]
+    shape_fix = traced[1].causes[0].fix
+    assert "reduce_retracing is on" in shape_fix and "use tf.function(" not in shape_fix
+
+
+def test_saving_retrace_is_explained_by_the_call_context(tmp_path):
+    # Regression: Keras's ExportArchive (tf.saved_model.save) traces a model's tf.function call
+    # again with the same arguments; the monitor said "unexplained". TF keys traces by the
+    # call context too, and saving runs the call inside its save context.
+    class Model(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(2)
+
+        @tf.function(reduce_retracing=True)
+        def call(self, x, training=False):
+            return self.dense(x)
+
+    model = Model()
+    model(tf.ones([1, 3]))
+    with explain_retracing() as log:  # every tf.function, as the pipeline watches its export
+        model(tf.ones([4, 3]))
+        model(tf.ones([5, 3]))  # generalized to [None, 3]: the export reuses its arguments
+        archive = keras.export.ExportArchive()
+        archive.track(model)
+        spec = tf.TensorSpec([None, 3], tf.float32)
+        archive.add_endpoint("serve", lambda x: model(x), input_signature=[spec])
+        archive.write_out(str(tmp_path / "sm"), verbose=False)
+    saving = [c for c in log.causes() if c.kind == "call context"]
+    assert [(c.arg, c.now, c.before) for c in saving] == [("<saving a SavedModel>", "yes", "no")]
+    assert not [c for c in log.causes() if c.kind == "unexplained"]
+    # Saving also traces the call for serialization without calling it: recorded as such, so
+    # the monitor's count stays TensorFlow's.
+    assert any(c.kind == "traced without a call" for c in log.causes())
+    assert log.traces == log.tracing_count()
+
+
+def test_explain_retracing_of_a_class_method_watches_every_instance():
+    # Regression: explain_retracing(Model.step) watched nothing; a second instance was blamed on
+    # "a new tf.function object" with the advice to hoist it.
+    result = retrace_scenarios.method_on_new_instance()
+    assert result.traces == 2 == result.tf_tracing_count
+    second = result.log.records[1]
+    assert [c.kind for c in second.causes] == ["new instance"]
+    text = result.log.report()
+    assert "each object's bound method has its own trace cache" in text
+    assert "hoist" not in text and "new tf.function object" not in text
+
+    class Model(tf.Module):
+        @tf.function
+        def step(self, x):
+            return x
+
+    with pytest.warns(UserWarning, match="never called"):
+        with explain_retracing(Model.step):
+            pass
+
+
+def test_retrace_names_a_container_type_change():
+    # Regression: a list replaced by a tuple was "unexplained" (the same leaf paths).
+    result = retrace_scenarios.container_type_changed()
+    text = result.log.report()
+    assert "batch['b']: now tuple, before list" in text and "unexplained" not in text
+
+
+def test_composite_tensor_arguments_are_keyed_by_type_spec():
+    # Regression: RaggedTensor was "unhashable", SparseTensor "object identity".
+    from graph_inspector.retrace import describe
+
+    result = retrace_scenarios.composite_tensors()
+    text = result.log.report()
+    assert "s: now SparseTensor float32[4,3], before SparseTensor float32[2,3] [shape]" in text
+    assert "unhashable" not in text and "object identity" not in text
+    a = describe(tf.ragged.constant([[1.0, 2.0], [3.0]]))
+    b = describe(tf.ragged.constant([[1.0], [3.0, 4.0, 5.0]]))
+    assert a.key == b.key and a.kind == "composite"
+
+
+def test_keras_variable_argument_is_keyed_like_a_tensor():
+    # Regression: a keras.Variable was "unhashable" with advice to define __hash__; TF keys it by
+    # a TensorSpec, so a tensor of the same shape reuses its trace.
+    @tf.function
+    def g(v):
+        return v * 2.0
+
+    monitor = RetraceMonitor(g)
+    monitor(keras.Variable(tf.ones([2])))
+    monitor(keras.Variable(tf.ones([2])))  # another object, same spec: no trace
+    monitor(keras.Variable(tf.ones([3])))
+    monitor(tf.ones([2]))  # reuses the keras.Variable [2] trace
+    assert [r.new_traces for r in monitor.records] == [1, 0, 1, 0]
+    assert monitor.traces == g.experimental_get_tracing_count() == 2
+    assert [str(c) for c in monitor.records[2].causes] == ["v: now float32[3], before float32[2]"]
+    assert monitor.records[2].causes[0].kind == "shape"
+
+
+def test_object_hashed_by_value_is_not_called_identity():
+    # Regression: a frozen dataclass changing value was labelled [object identity].
+    result = retrace_scenarios.object_value()
+    assert result.found("config", "object value")
+    assert "object identity" not in result.log.report()
+
+
+def test_numpy_arguments_are_described_like_tensors():
+    from graph_inspector.retrace import describe
+
+    assert describe(np.zeros([2, 3], np.float32)).text == "float32[2,3]"
+    assert describe(tf.zeros([2], tf.int32)).key == describe(np.zeros([2], np.int32)).key

@@ -1,0 +1,121 @@
+"""TFLite conversion and the validator that refuses broken models."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from graph_inspector.pipeline import keras_predict  # noqa: E402
+from graph_inspector.tflite import (  # noqa: E402
+    ConversionError,
+    convert_savedmodel,  # noqa: E402
+    validate_tflite,
+)
+from graph_inspector_harness.pipeline_steps import export_untracked_module  # noqa: E402
+
+
+def test_validator_catches_keras_variables_in_plain_tf_module(demo, tmp_path):
+    # The SavedModel of the trap is fine in TensorFlow...
+    seq_len = demo.dev_inputs["input_ids"].shape[1]
+    broken_dir = export_untracked_module(demo.model, tmp_path / "untracked", seq_len)
+    loaded = tf.saved_model.load(str(broken_dir))
+    sample = {k: tf.constant(v[:4]) for k, v in demo.dev_inputs.items()}
+    np.testing.assert_allclose(
+        loaded.signatures["serving_default"](**sample)["logits"].numpy(),
+        keras_predict(demo.model, {k: v[:4] for k, v in demo.dev_inputs.items()}),
+        atol=1e-5,
+    )
+    # ...but its TFLite conversion "succeeds" into a broken model, which must be refused.
+    probes = {k: v[:8] for k, v in demo.dev_inputs.items()}
+    with pytest.raises(ConversionError, match="failed validation.*(NaN|disagrees|too small)"):
+        convert_savedmodel(broken_dir, tmp_path / "tflite", probe_inputs=probes)
+    assert not (tmp_path / "tflite" / "model_float32.tflite").exists()
+
+
+def test_validator_raises_on_nan_model(tmp_path):
+    class NaNModel(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(np.ones((4, 3), np.float32))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def serve(self, x):
+            # log of a negative number: NaN for every input, a deliberately broken model.
+            return {"y": tf.math.log(-tf.abs(tf.matmul(x, self.w)) - 1.0)}
+
+    module = NaNModel()
+    tf.saved_model.save(module, str(tmp_path / "nan"), signatures={"serving_default": module.serve})
+    with pytest.raises(ConversionError, match="outputs are NaN or infinite"):
+        convert_savedmodel(tmp_path / "nan", tmp_path / "out")
+
+
+def test_validator_checks_every_output_by_name(tmp_path):
+    # Two outputs: a matmul on a tracked tf.Variable (converts fine) and a Keras 3 Dense read
+    # inside a plain tf.Module (the lab's trap: converts to NaN). Sorted by name the good one
+    # comes first; checking only the first output would pass this model.
+    dense = keras.layers.Dense(5)
+    dense.build((None, 64))
+
+    class TwoOutputs(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.keras_variables = list(dense.variables)
+            self.w = tf.Variable(tf.random.stateless_normal([64, 64], seed=[1, 2]))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 64], tf.float32, name="x")])
+        def serve(self, x):
+            return {"a_features": tf.matmul(x, self.w), "b_logits": dense(x)}
+
+    module = TwoOutputs()
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": module.serve})
+    probes = {"x": np.random.default_rng(0).standard_normal([8, 64]).astype(np.float32)}
+    with pytest.raises(ConversionError, match="b_logits: .*(NaN|disagrees)"):
+        convert_savedmodel(tmp_path / "sm", tmp_path / "out", probe_inputs=probes)
+    assert not (tmp_path / "out" / "model_float32.tflite").exists()
+
+
+def test_dynamic_range_validator_catches_a_ten_percent_shift(demo):
+    probes = {k: v[:16] for k, v in demo.dev_inputs.items()}
+    content = demo.conversion.dynamic_range_path.read_bytes()
+    report = demo.conversion.validations["dynamic_range"]
+    assert report.rel_error < 0.02 and report.outputs["logits"]["argmax_agreement"] >= 0.9
+    with pytest.raises(ConversionError, match="logits: disagrees with TensorFlow"):
+        validate_tflite(
+            content,
+            lambda inputs: keras_predict(demo.model, inputs) * 1.1,
+            probes,
+            quantization="dynamic_range",
+            param_bytes=demo.conversion.param_bytes,
+        )
+
+
+def test_validator_raises_when_tflite_disagrees_with_tf(demo):
+    probes = {k: v[:16] for k, v in demo.dev_inputs.items()}
+    content = demo.conversion.float32_path.read_bytes()
+
+    def shifted_reference(inputs):  # stands in for a conversion that changed the numbers
+        return keras_predict(demo.model, inputs) + 0.5
+
+    with pytest.raises(ConversionError, match="disagrees with TensorFlow"):
+        validate_tflite(
+            content,
+            shifted_reference,
+            probes,
+            quantization="float32",
+            param_bytes=demo.conversion.param_bytes,
+        )
+
+
+def test_convert_rejects_paths_that_are_not_savedmodels(tmp_path):
+    with pytest.raises(ConversionError, match="no such file or directory"):
+        convert_savedmodel(tmp_path / "nope", tmp_path / "out")
+    with pytest.raises(ConversionError, match="not a SavedModel"):
+        convert_savedmodel(tmp_path, tmp_path / "out")
