@@ -53,6 +53,8 @@ DECOMPOSED_OPS: list[Any] = [
     aten._log_softmax_backward_data,
     aten.mse_loss,
     aten.mse_loss_backward,
+    aten.nll_loss_forward,
+    aten.nll_loss_backward,
 ]
 
 _NP_DTYPES = {
@@ -79,7 +81,8 @@ def _wrap(array: Any) -> minigrad.Tensor:
 
 # ----------------------------------------------------------------------------- the op table
 # Differentiable-op mappings use minigrad's own ops. The few structural ops minigrad has no
-# primitive for (comparisons, where, constants) are built from the Tensor's NumPy data: they
+# primitive for (comparisons, where, gather/scatter of class ids, constants) are built from
+# the Tensor's NumPy data: they
 # carry no gradient, and the backward graph needs none (it is already explicit ATen code).
 def _compare(fn: Callable[[np.ndarray, Any], np.ndarray]) -> Callable[..., minigrad.Tensor]:
     def run(a: minigrad.Tensor, b: Any) -> minigrad.Tensor:
@@ -100,6 +103,18 @@ def _scalar_tensor(value: float, dtype: torch.dtype | None = None, **_: Any) -> 
 
 def _full_like(x: minigrad.Tensor, value: float, dtype: torch.dtype | None = None, **_: Any):
     return _wrap(np.full(x.shape, value, dtype=_np_dtype(dtype, x.dtype)))
+
+
+def _gather(x: minigrad.Tensor, dim: int, index: minigrad.Tensor) -> minigrad.Tensor:
+    return _wrap(np.take_along_axis(x.numpy(), index.numpy(), axis=dim))
+
+
+def _scatter_value(
+    x: minigrad.Tensor, dim: int, index: minigrad.Tensor, value: float
+) -> minigrad.Tensor:
+    out = np.array(x.numpy(), copy=True)  # functional: scatter returns a new tensor
+    np.put_along_axis(out, index.numpy(), value, axis=dim)
+    return _wrap(out)
 
 
 def _squeeze_dim(x: minigrad.Tensor, dim: int) -> minigrad.Tensor:
@@ -153,6 +168,8 @@ ATEN_TO_MINIGRAD: dict[Any, Callable[..., Any]] = {
     aten.eq.Scalar: _compare(np.equal),
     aten.ne.Scalar: _compare(np.not_equal),
     aten.where.self: _where,
+    aten.gather.default: _gather,
+    aten.scatter.value: _scatter_value,
     aten.scalar_tensor.default: _scalar_tensor,
     aten.full_like.default: _full_like,
     aten.zeros_like.default: lambda a, dtype=None, **kw: _full_like(a, 0, dtype),

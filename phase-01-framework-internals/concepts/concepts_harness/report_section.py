@@ -28,23 +28,25 @@ def _compile_part(section: Section, quick: bool) -> float:
     steps = 5 if quick else 20
     worst = 0.0
     runs = {}
-    for name, model in (
-        ("digits MLP", scenarios.digits_mlp()),
-        ("swish MLP", scenarios.swish_mlp()),
-    ):
+    cases = (
+        ("digits MLP + cross-entropy", scenarios.digits_mlp(), True),
+        ("swish MLP (loss eager)", scenarios.swish_mlp(), False),
+    )
+    for name, model, compile_loss in cases:
         with step(f"torch.compile({name}, backend=minigrad_backend) vs eager, {steps} SGD steps"):
-            run = scenarios.compiled_vs_eager(model, x, y, steps=steps)
+            run = scenarios.compiled_vs_eager(model, x, y, steps=steps, compile_loss=compile_loss)
         runs[name] = run
         worst = max(worst, run.max_output_diff, run.max_grad_diff, run.max_loss_diff)
         section.checks.append(
             Check(
                 f"compile: {name} through minigrad_backend equals eager torch (float64)",
                 max(run.max_output_diff, run.max_grad_diff, run.max_loss_diff) <= TOL,
-                f"outputs {run.max_output_diff:.1e}, gradients {run.max_grad_diff:.1e}, "
+                f"{'loss' if compile_loss else 'outputs'} {run.max_output_diff:.1e}, "
+                f"gradients {run.max_grad_diff:.1e}, "
                 f"loss curve ({steps} steps) {run.max_loss_diff:.1e} (limit {TOL:g})",
             )
         )
-    swish = runs["swish MLP"]
+    swish = runs["swish MLP (loss eager)"]
     graphs = swish.backend.graphs[0]
     before_fw, before_bw = compile_backend.capture_aten_graphs(scenarios.swish_mlp(), x[:8])
     section.texts += [
@@ -60,7 +62,7 @@ def _compile_part(section: Section, quick: bool) -> float:
             graphs.backward.gm.code.strip(),
         ),
     ]
-    applied = swish.backend.applied + runs["digits MLP"].backend.applied
+    applied = swish.backend.applied + runs["digits MLP + cross-entropy"].backend.applied
     rows = []
     for op, count in sorted(applied.items()):
         fn = next(v for k, v in torch._decomp.decomposition_table.items() if str(k) == op)
@@ -110,13 +112,18 @@ def _fx_part(section: Section) -> None:
             ],
         )
     )
-    swapped, replaced = fx_passes.swap_softmax(gm)
-    diff = (swapped(x) - net(x)).abs().max().item()
+    try:
+        swapped, replaced = fx_passes.swap_softmax(gm)
+        diff = (swapped(x) - net(x)).abs().max().item()
+        measured = f"{replaced} call swapped, max |Δ| = {diff:.1e}"
+    except (ImportError, AttributeError, RuntimeError) as error:  # Lab 02's library unusable
+        replaced, diff = 0, float("inf")
+        measured = f"warp_softmax unavailable: {type(error).__name__}: {error}".splitlines()[0]
     section.checks.append(
         Check(
             "fx: Transformer swaps F.softmax for warp_softmax.softmax, outputs equal",
             replaced == 1 and diff <= 1e-6,
-            f"{replaced} call swapped, max |Δ| = {diff:.1e}",
+            measured,
         )
     )
     error = fx_passes.symbolic_trace_error()

@@ -41,6 +41,17 @@ class SwishMLP(nn.Module):
         return self.fc2(F.silu(self.fc1(x)))
 
 
+class WithLoss(nn.Module):
+    """model + cross-entropy as one module, so the compiled graph contains the loss too."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.model(x), y)
+
+
 def swish_mlp(hidden: int = 32, seed: int = 1) -> nn.Module:
     torch.manual_seed(seed)
     return SwishMLP(hidden).double()
@@ -69,16 +80,25 @@ def _max_grad_diff(a: nn.Module, b: nn.Module) -> float:
 
 
 def compiled_vs_eager(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 5, lr: float = 0.5
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    steps: int = 5,
+    lr: float = 0.5,
+    compile_loss: bool = False,
 ) -> CompiledVsEager:
     """Outputs and gradients of the first step, then ``steps`` SGD steps' losses, both ways.
 
-    The loss is computed in eager torch on the compiled model's output, so its gradient flows
-    back through AOTAutograd's backward graph, which minigrad executes."""
+    ``compile_loss=False``: the compiled model returns logits and the loss is eager torch, so
+    its gradient enters AOTAutograd's backward graph (run by minigrad) as ``tangents_1``.
+    ``compile_loss=True``: model and cross-entropy are one compiled graph (log_softmax and
+    nll_loss decomposed too); the "output" compared is then the loss itself."""
     torch._dynamo.reset()
     eager, twin = model, copy.deepcopy(model)
     backend = MinigradBackend()
-    compiled = torch.compile(twin, backend=backend, dynamic=False)
+    compiled = torch.compile(
+        WithLoss(twin) if compile_loss else twin, backend=backend, dynamic=False
+    )
     opt_eager = torch.optim.SGD(eager.parameters(), lr=lr)
     opt_compiled = torch.optim.SGD(twin.parameters(), lr=lr)
     eager_losses, compiled_losses = [], []
@@ -86,8 +106,14 @@ def compiled_vs_eager(
     for step in range(steps):
         opt_eager.zero_grad()
         opt_compiled.zero_grad()
-        out_e, out_c = eager(x), compiled(x)
-        loss_e, loss_c = F.cross_entropy(out_e, y), F.cross_entropy(out_c, y)
+        out_e = eager(x)
+        loss_e = F.cross_entropy(out_e, y)
+        if compile_loss:
+            loss_c = compiled(x, y)
+            out_e, out_c = loss_e, loss_c
+        else:
+            out_c = compiled(x)
+            loss_c = F.cross_entropy(out_c, y)
         loss_e.backward()
         loss_c.backward()
         if step == 0:

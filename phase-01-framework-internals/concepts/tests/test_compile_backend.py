@@ -24,11 +24,13 @@ def digits() -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def mlp_run(digits):
-    return compiled_vs_eager(digits_mlp(), *digits, steps=6)
+    # the whole objective compiled: MLP + cross-entropy (log_softmax, nll_loss decomposed)
+    return compiled_vs_eager(digits_mlp(), *digits, steps=6, compile_loss=True)
 
 
 @pytest.fixture(scope="module")
 def swish_run(digits):
+    # the model compiled, the loss eager: its gradient enters the backward graph as a tangent
     return compiled_vs_eager(swish_mlp(), *digits, steps=6)
 
 
@@ -50,7 +52,14 @@ def test_training_matches_eager_loss_curve(run_name, request):
 
 
 def test_decompositions_applied_and_graphs_are_minigrad_ops(mlp_run, swish_run):
-    assert {"aten.addmm.default", "aten.threshold_backward.default"} <= set(mlp_run.backend.applied)
+    mlp_decomposed = {
+        "aten.addmm.default",
+        "aten.threshold_backward.default",
+        "aten._log_softmax.default",
+        "aten.nll_loss_forward.default",
+        "aten.nll_loss_backward.default",
+    }
+    assert mlp_decomposed <= set(mlp_run.backend.applied)
     assert {"aten.silu.default", "aten.silu_backward.default"} <= set(swish_run.backend.applied)
     for run in (mlp_run, swish_run):
         graphs = run.backend.graphs[0]
