@@ -3,23 +3,44 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+
+class BadInput(Exception):
+    """A command-line value that cannot work: reported in one line, exit status 2."""
+
+
+def _command(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    @functools.wraps(run)
+    def checked(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except BadInput as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
+    return checked
 
 
 def _settings(args: argparse.Namespace):
     from inference_pipeline.generation.train import TrainSettings
 
-    return TrainSettings(seconds=args.seconds)
+    try:
+        return TrainSettings(seconds=args.seconds)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from exc
 
 
 def _add_seconds(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seconds",
         type=float,
-        default=600.0,
-        help="training time budget in seconds (part of the checkpoint's cache key; default 600)",
+        default=900.0,
+        help="training time budget in seconds (part of the checkpoint's cache key; default 900)",
     )
 
 
@@ -51,18 +72,18 @@ def run_export(args: argparse.Namespace) -> int:
 def run_gate(args: argparse.Namespace) -> int:
     from inference_pipeline.generation.artifacts import load_artifacts
     from inference_pipeline.generation.gates import cache_equality_gate, eval_prompts, int8_gates
+    from inference_pipeline.generation.model import GPTConfig
     from inference_pipeline.generation.runtime import OrtStep
     from inference_pipeline.generation.train import corpus_bytes
 
     if args.prompts < 1 or args.new_tokens < 1:
-        print("error: --prompts and --new-tokens must be >= 1", file=sys.stderr)
-        return 2
-    artifacts = load_artifacts(settings=_settings(args))
+        raise BadInput("--prompts and --new-tokens must be >= 1")
+    settings = _settings(args)
+    if args.new_tokens >= GPTConfig().max_positions:
+        raise BadInput(f"--new-tokens must be < {GPTConfig().max_positions}")
+    artifacts = load_artifacts(settings=settings)
     config = artifacts.model.config
     max_prompt = config.max_positions - args.new_tokens
-    if max_prompt < 1:
-        print(f"error: --new-tokens must be < {config.max_positions}", file=sys.stderr)
-        return 2
     _, held_out = corpus_bytes()
     fp32 = OrtStep(artifacts.files.onnx_fp32, config)
     int8 = OrtStep(artifacts.files.onnx_int8, config)
@@ -82,6 +103,7 @@ def run_gate(args: argparse.Namespace) -> int:
 def run_generate(args: argparse.Namespace) -> int:
     from inference_pipeline.generation.artifacts import load_artifacts
     from inference_pipeline.generation.engine import ContinuousBatchingEngine
+    from inference_pipeline.generation.model import GPTConfig
     from inference_pipeline.generation.requests import GenerationRequest
     from inference_pipeline.generation.runtime import OrtStep
     from inference_pipeline.generation.sampling import SamplingParams
@@ -94,16 +116,14 @@ def run_generate(args: argparse.Namespace) -> int:
             SamplingParams(args.temperature, args.top_k, args.top_p, args.seed),
         )
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    artifacts = load_artifacts(settings=_settings(args))
+        raise BadInput(str(exc)) from exc
+    settings = _settings(args)
+    if len(request.prompt) + request.max_new_tokens > GPTConfig().max_positions:
+        raise BadInput(f"prompt bytes + --max-new-tokens must be <= {GPTConfig().max_positions}")
+    artifacts = load_artifacts(settings=settings)
     path = artifacts.files.onnx_int8 if args.int8 else artifacts.files.onnx_fp32
     engine = ContinuousBatchingEngine(OrtStep(path, artifacts.model.config))
-    try:
-        handle = engine.submit(request)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    handle = engine.submit(request)
     sys.stdout.write(args.prompt)
     while engine.step():
         while not handle.chunks.empty():
@@ -117,18 +137,18 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train-gpt", help="train (or load the cached) byte-level GPT")
     _add_seconds(p)
     p.add_argument("--retrain", action="store_true", help="train even if the checkpoint exists")
-    p.set_defaults(run=run_train)
+    p.set_defaults(run=_command(run_train))
 
     p = subparsers.add_parser("export-gpt", help="export the GPT with an explicit KV cache")
     _add_seconds(p)
-    p.set_defaults(run=run_export)
+    p.set_defaults(run=_command(run_export))
 
     p = subparsers.add_parser("gate-gpt", help="cache-equality and INT8 gates for the GPT")
     _add_seconds(p)
     p.add_argument("--prompts", type=int, default=50)
     p.add_argument("--new-tokens", type=int, default=48)
     p.add_argument("--json", type=Path, help="write the gate results here")
-    p.set_defaults(run=run_gate)
+    p.set_defaults(run=_command(run_gate))
 
     p = subparsers.add_parser("generate", help="stream a continuation of PROMPT")
     p.add_argument("prompt")
@@ -140,4 +160,4 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int)
     p.add_argument("--stop", action="append", default=[], help="stop sequence (repeatable)")
     p.add_argument("--int8", action="store_true", help="use the INT8 graph")
-    p.set_defaults(run=run_generate)
+    p.set_defaults(run=_command(run_generate))

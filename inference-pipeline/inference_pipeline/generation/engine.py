@@ -50,7 +50,7 @@ class _Engine:
         self.max_queue = max_queue
         self.stats = EngineStats()
         self._waiting: collections.deque[RequestHandle] = collections.deque()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # has_work() is also called under the condition
         self.work_available = threading.Condition(self._lock)
         self.closed = False
 

@@ -25,13 +25,16 @@ ARTICLE_SEPARATOR = b"\n\n\n"
 
 @dataclass(frozen=True)
 class TrainSettings:
-    seconds: float = 600.0
-    batch_size: int = 8
+    seconds: float = 900.0
+    batch_size: int = 4  # small batches, many steps: what a few CPU-minutes buy best
     window: int = 256  # bytes per training window (the model's context)
-    peak_lr: float = 2e-3
+    peak_lr: float = 3e-3
     warmup_steps: int = 30
     seed: int = 0
     threads: int = 1  # on a shared, oversubscribed CPU one thread beats two (no spin-waits)
+    # bfloat16 autocast for the forward pass (fp32 weights and optimizer): about 2x faster
+    # on a CPU with AVX512-BF16; the exported graphs are fp32 either way.
+    bf16_autocast: bool = True
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.seconds) and self.seconds > 0):
@@ -102,7 +105,8 @@ def train(
         for group in optimizer.param_groups:
             group["lr"] = settings.peak_lr * warmup * (0.1 + 0.9 * decay)
         batch = sample_windows(train_data, settings.batch_size, window, rng)
-        loss_t = model.loss(batch)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=settings.bf16_autocast):
+            loss_t = model.loss(batch)
         optimizer.zero_grad(set_to_none=True)
         loss_t.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

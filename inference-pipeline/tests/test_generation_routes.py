@@ -1,0 +1,159 @@
+"""The streaming generation routes on a loopback uvicorn server (FastAPI app of our own)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import asynccontextmanager
+
+import numpy as np
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from inference_pipeline.generation.engine import ContinuousBatchingEngine
+from inference_pipeline.generation.model import GPTConfig
+from inference_pipeline.generation.routes import REQUESTS, GenerationService, attach
+
+
+class SlowCountingStep:
+    """Next byte = last byte + 1 (so outputs are predictable), 2 ms per pass."""
+
+    config = GPTConfig(n_layer=1, n_head=1, d_model=2, max_positions=256)
+
+    def __call__(self, tokens, positions, attention_mask, past):
+        time.sleep(0.002)
+        logits = np.zeros((*tokens.shape, 256), dtype=np.float32)
+        np.put_along_axis(logits, ((tokens + 1) % 256)[..., None], 1.0, axis=-1)
+        total = past[0].shape[2] + tokens.shape[1]
+        return logits, [np.zeros((tokens.shape[0], 1, total, 2), np.float32) for _ in past]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[int, GenerationService]]:
+    service = GenerationService(
+        ContinuousBatchingEngine(SlowCountingStep(), max_batch=4, max_queue=8)
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        service.start()
+        yield
+        service.stop()
+
+    app = FastAPI(lifespan=lifespan)
+    attach(app, service)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    for _ in range(500):
+        if uv.started:
+            break
+        time.sleep(0.01)
+    yield port, service
+    uv.should_exit = True
+    thread.join(10)
+    sock.close()
+
+
+def post(port: int, path: str, body: object) -> http.client.HTTPResponse:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    return conn.getresponse()
+
+
+def sse_events(response: http.client.HTTPResponse) -> list[dict]:
+    events = []
+    for line in response.read().decode().split("\n"):
+        if line.startswith("data: "):
+            events.append(json.loads(line[len("data: ") :]))
+    return events
+
+
+def test_stream_delivers_tokens_in_order_and_ends_cleanly(server) -> None:
+    port, _ = server
+    body = {"text_input": "a", "parameters": {"max_tokens": 25}}
+    response = post(port, "/v2/models/bbc_gpt/generate_stream", body)
+    assert response.status == 200 and response.getheader("content-type").startswith(
+        "text/event-stream"
+    )
+    events = sse_events(response)
+    assert [e["index"] for e in events] == list(range(len(events)))
+    assert "".join(e["text_output"] for e in events) == "bcdefghijklmnopqrstuvwxyz"
+    assert events[-1]["finish_reason"] == "length"
+    assert all("finish_reason" not in e for e in events[:-1])
+
+
+def test_stop_sequence_and_non_streaming_route(server) -> None:
+    port, _ = server
+    body = {"text_input": "k", "parameters": {"max_tokens": 20, "stop": ["pq"]}}
+    response = post(port, "/v2/models/bbc_gpt/generate", body)
+    answer = json.loads(response.read())
+    assert response.status == 200
+    assert answer["text_output"] == "lmno" and answer["finish_reason"] == "stop"
+
+
+def test_concurrent_streams_each_get_their_own_tokens(server) -> None:
+    port, _ = server
+    results: dict[str, str] = {}
+
+    def one(start: str) -> None:
+        body = {"text_input": start, "parameters": {"max_tokens": 10}}
+        events = sse_events(post(port, "/v2/models/bbc_gpt/generate_stream", body))
+        results[start] = "".join(e["text_output"] for e in events)
+
+    threads = [threading.Thread(target=one, args=(c,)) for c in "AHPa"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert results == {"A": "BCDEFGHIJK", "H": "IJKLMNOPQR", "P": "QRSTUVWXYZ", "a": "bcdefghijk"}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status"),
+    [
+        ("/v2/models/bbc_gpt/generate_stream", {"text_input": 3}, 400),
+        (
+            "/v2/models/bbc_gpt/generate_stream",
+            {"text_input": "a", "parameters": {"max_tokens": 0}},
+            400,
+        ),
+        ("/v2/models/bbc_gpt/generate_stream", {"text_input": "a", "parameters": {"nope": 1}}, 400),
+        ("/v2/models/bbc_gpt/generate_stream", {"text_input": "a" * 300}, 400),
+        ("/v2/models/other/generate_stream", {"text_input": "a"}, 404),
+    ],
+)
+def test_bad_requests_get_a_clear_error(server, path: str, body: dict, status: int) -> None:
+    port, _ = server
+    response = post(port, path, body)
+    assert response.status == status
+    assert json.loads(response.read())["detail"]
+
+
+def test_client_disconnect_cancels_and_frees_blocks(server) -> None:
+    port, service = server
+    cancelled_before = REQUESTS.labels("cancelled")._value.get()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    body = json.dumps({"text_input": "a", "parameters": {"max_tokens": 250}})
+    conn.request(
+        "POST", "/v2/models/bbc_gpt/generate_stream", body, {"Content-Type": "application/json"}
+    )
+    response = conn.getresponse()
+    assert response.readline().startswith(b"data: ")
+    conn.close()  # walk away mid-stream
+    cache = service.engine.cache
+    for _ in range(300):
+        if cache.free_blocks == cache.num_blocks and not service.engine.running:
+            break
+        time.sleep(0.01)
+    assert cache.free_blocks == cache.num_blocks
+    cache.check()
+    # it ended because the client left, not because it ran out of tokens
+    assert REQUESTS.labels("cancelled")._value.get() == cancelled_before + 1
