@@ -82,8 +82,8 @@ def _wrap(array: Any) -> minigrad.Tensor:
 # ----------------------------------------------------------------------------- the op table
 # Differentiable-op mappings use minigrad's own ops. The few structural ops minigrad has no
 # primitive for (comparisons, where, gather/scatter of class ids, constants) are built from
-# the Tensor's NumPy data: they
-# carry no gradient, and the backward graph needs none (it is already explicit ATen code).
+# the Tensor's NumPy data: they carry no gradient, and the backward graph needs none (it is
+# already explicit ATen code).
 def _compare(fn: Callable[[np.ndarray, Any], np.ndarray]) -> Callable[..., minigrad.Tensor]:
     def run(a: minigrad.Tensor, b: Any) -> minigrad.Tensor:
         other = b.numpy() if isinstance(b, minigrad.Tensor) else b
