@@ -321,6 +321,8 @@ class Tensor:
     def __rtruediv__(self, other: Any) -> Tensor:
         return ops.Div.apply(other, self)
 
+    __rdiv__ = __rtruediv__  # torch's name for it
+
     def __neg__(self) -> Tensor:
         return ops.Neg.apply(self)
 
@@ -506,9 +508,15 @@ class Tensor:
 
     view = reshape
 
-    def flatten(self, start_dim: int = 0) -> Tensor:
-        start = _norm_dim(start_dim, self.ndim)
-        return self.reshape(*self.shape[:start], -1)
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        if self.ndim == 0:
+            _wrap_dim(start_dim, 0), _wrap_dim(end_dim, 0)
+            return self.reshape(1)
+        start, end = _wrap_dim(start_dim, self.ndim), _wrap_dim(end_dim, self.ndim)
+        if start > end:
+            raise ValueError("flatten() has invalid args: start_dim cannot come after end_dim")
+        merged = int(np.prod(self.shape[start : end + 1], dtype=np.int64))
+        return self.reshape(*self.shape[:start], merged, *self.shape[end + 1 :])
 
     def squeeze(self, dim: Any = None) -> Tensor:
         """Drop size-1 dims (all, or those of ``dim``; a named dim of another size stays, as

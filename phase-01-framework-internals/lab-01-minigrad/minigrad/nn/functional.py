@@ -9,6 +9,7 @@ import numpy as np
 
 from minigrad import ops
 from minigrad.creation import default_generator
+from minigrad.nn.losses import cross_entropy_general
 from minigrad.tensor import Tensor, _norm_dim
 
 
@@ -94,27 +95,26 @@ def cross_entropy(
 
     The common case, (N, C) logits with class ids and no options, is one fused primitive;
     everything else is composed of recorded ops (see minigrad.nn.losses)."""
-    from minigrad.nn.losses import cross_entropy_general
-
+    t = target.data if isinstance(target, Tensor) else np.asarray(target)
+    if (
+        weight is None
+        and not label_smoothing
+        and reduction != "none"
+        and t.dtype.kind in "iu"
+        and getattr(input, "ndim", 0) == 2
+        and (t.size == 0 or t.min() >= 0)  # so no id is negative (ignore_index -100 absent)
+        and (ignore_index < 0 or not (t == ignore_index).any())
+    ):
+        return ops.CrossEntropy.apply(input, t, reduction)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(
             f"cross_entropy: reduction must be 'mean', 'sum' or 'none', not {reduction!r}"
         )
-    t = target.data if isinstance(target, Tensor) else np.asarray(target)
-    simple = (
-        weight is None
-        and not label_smoothing
-        and reduction != "none"
-        and getattr(input, "ndim", 0) == 2
-        and t.dtype.kind in "iu"
-        and not (t == ignore_index).any()
-    )
-    if simple:
-        return ops.CrossEntropy.apply(input, t, reduction)
-    return cross_entropy_general(input, t, weight, ignore_index, reduction, label_smoothing)
+    return cross_entropy_general(input, t, weight, ignore_index, reduction, label_smoothing, target)
 
 
 def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:  # noqa: A002
+    """Mean (or summed, or per-element with "none") squared difference, as torch."""
     target_shape = target.shape if hasattr(target, "shape") else ()
     if tuple(target_shape) != tuple(input.shape):
         raise ValueError(
@@ -126,7 +126,9 @@ def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:  # 
         return sq.mean()
     if reduction == "sum":
         return sq.sum()
-    raise ValueError(f"mse_loss: reduction must be 'mean' or 'sum', not {reduction!r}")
+    if reduction == "none":
+        return sq
+    raise ValueError(f"mse_loss: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
 
 
 # ----------------------------------------------------------------------------- new ops
@@ -163,7 +165,8 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     tensors = [_t(x) for x in tensors]
     if not tensors:
         raise ValueError("cat: expected a non-empty list of tensors")
-    return ops.Cat.apply(_norm_dim(dim, tensors[0].ndim), *tensors)
+    ref = next((x for x in tensors if x.shape != (0,)), tensors[0])  # (0,): skipped, as torch
+    return ops.Cat.apply(_norm_dim(dim, ref.ndim), *tensors)
 
 
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:

@@ -40,13 +40,21 @@ def _check_class_ids(t: np.ndarray, valid: np.ndarray, n_classes: int) -> None:
 
 
 def cross_entropy_general(
-    x: Tensor, t: np.ndarray, weight: Any, ignore_index: int, reduction: str, smoothing: float
+    x: Tensor,
+    t: np.ndarray,
+    weight: Any,
+    ignore_index: int,
+    reduction: str,
+    smoothing: float,
+    target_tensor: Any = None,
 ) -> Tensor:
     if x.ndim == 0:
         raise ValueError("cross_entropy: input must have at least 1 dim (the classes)")
     if not 0.0 <= smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {smoothing}")
     probs = t.dtype.kind == "f"
+    if probs and isinstance(target_tensor, Tensor) and target_tensor.requires_grad:
+        t = target_tensor  # torch differentiates w.r.t. probability targets too
     if probs and ignore_index != -100:
         raise RuntimeError("ignore_index is not supported for floating point target")
     unbatched = x.ndim == 1
@@ -70,7 +78,8 @@ def _probability_targets(
             f"cross_entropy: probability targets of shape {t.shape} must match input {x.shape}"
         )
     n_classes = x.shape[1]
-    t = t.astype(x.dtype, copy=False)
+    if not isinstance(t, Tensor):
+        t = t.astype(x.dtype, copy=False)
     if smoothing:
         t = t * (1 - smoothing) + smoothing / n_classes
     if w is not None:

@@ -92,12 +92,18 @@ class Pow(Primitive):
 
     @staticmethod
     def forward(ctx, a, b):
-        out = _like_torch(ctx, a**b, a, b)
+        with np.errstate(invalid="ignore", divide="ignore"):  # (-8) ** 0.5 is nan, as torch
+            out = _like_torch(ctx, a**b, a, b)
         ctx.save_for_backward(a, b, out)
         return out
 
     @staticmethod
     def backward(ctx, g):
+        with np.errstate(invalid="ignore", divide="ignore"):  # nan where torch has nan too
+            return Pow._backward(ctx, g)
+
+    @staticmethod
+    def _backward(ctx, g):
         # torch's pow_backward masking: d/da is 0 where b == 0 (not 0 * a**-1 = nan at a = 0),
         # d/db is 0 where a == 0 and b >= 0 (not 0 * log(0) = nan).
         a, b, out = ctx.saved_tensors

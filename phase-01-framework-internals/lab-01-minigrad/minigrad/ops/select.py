@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from minigrad.function import Primitive
-from minigrad.ops.dual import cast, reduce_sum
+from minigrad.ops.dual import cast, reduce_sum, sum_to
 from minigrad.ops.shape import IndexBackward, _Scratch
 from minigrad.tensor import Tensor, _norm_dim
 
@@ -24,18 +24,28 @@ class Cat(Primitive):
     @staticmethod
     def forward(ctx, dim, *arrays):
         arrays = [np.asarray(a) for a in arrays]
-        out = np.concatenate(arrays, axis=dim)
-        ctx.dim, ctx.ndim = dim, out.ndim
-        ctx.sizes = [a.shape[dim] for a in arrays]
+        # torch's legacy rule: a 1-D empty tensor is skipped beside tensors of another rank
+        ndim = max(a.ndim for a in arrays)
+        skipped = [a.shape == (0,) and ndim > 1 for a in arrays]
+        kept = [a for a, skip in zip(arrays, skipped, strict=True) if not skip]
+        out = np.concatenate(kept, axis=dim) if kept else np.zeros((0,), arrays[0].dtype)
+        ctx.dim, ctx.ndim, ctx.skipped = dim, out.ndim, skipped
+        ctx.sizes = [0 if skip else a.shape[dim] for a, skip in zip(arrays, skipped, strict=True)]
         ctx.dtypes = [a.dtype for a in arrays]
         return out
 
     @staticmethod
     def backward(ctx, g):
         grads, start = [None], 0
-        for size, dtype, need in zip(ctx.sizes, ctx.dtypes, ctx.needs_input_grad[1:], strict=True):
-            piece = g[_along(ctx.dim, ctx.ndim, slice(start, start + size))] if need else None
-            grads.append(None if piece is None else cast(piece, dtype))
+        needs = ctx.needs_input_grad[1:]
+        for size, dtype, need, skip in zip(ctx.sizes, ctx.dtypes, needs, ctx.skipped, strict=True):
+            if not need:
+                grads.append(None)
+            elif skip:
+                grads.append(cast(g.reshape(-1)[:0], dtype))  # the empty gradient, shape (0,)
+            else:
+                piece = g[_along(ctx.dim, ctx.ndim, slice(start, start + size))]
+                grads.append(cast(piece, dtype))
             start += size
         return tuple(grads)
 
@@ -75,11 +85,14 @@ class Gather(Primitive):
         if index.dtype.kind not in "iu":
             raise TypeError(f"gather: index must be an integer tensor, got {index.dtype}")
         a1, i1 = a.reshape(a.shape or (1,)), index.reshape(index.shape or (1,))
+        ctx.in_shape, ctx.dim, ctx.index = a.shape, dim, index
+        if index.size == 0:  # torch accepts an empty index of any rank: an empty result
+            ctx.key = None
+            return np.zeros(index.shape, a.dtype)
         if a1.ndim != i1.ndim:
             raise ValueError(f"gather: index {index.shape} and input {a.shape} differ in rank")
         if i1.size and (i1.min() < -a1.shape[dim] or i1.max() >= a1.shape[dim]):
             raise IndexError(f"gather: index out of range for dim {dim} of size {a1.shape[dim]}")
-        ctx.in_shape, ctx.dim, ctx.index = a.shape, dim, index
         ctx.key = _gather_key(i1 % max(a1.shape[dim], 1), dim)
         return a1[ctx.key].reshape(index.shape)
 
@@ -95,7 +108,8 @@ class ScatterAdd(Primitive):
     def forward(ctx, g, shape, dim, index, key):
         ctx.dim, ctx.index = dim, index
         out = np.zeros(shape or (1,), dtype=g.dtype)
-        np.add.at(out, key, np.reshape(g, index.shape or (1,)))
+        if key is not None:  # None: an empty index, nothing was gathered
+            np.add.at(out, key, np.reshape(g, index.shape or (1,)))
         return out.reshape(shape)
 
     @staticmethod
@@ -125,15 +139,13 @@ class MaskedFill(Primitive):
                 f"{np.ndim(value)} dimension(s)"
             )
         ctx.mask, ctx.shape = mask, a.shape
-        out = np.where(mask, np.asarray(value).astype(a.dtype), a)
-        if out.shape != a.shape:
-            raise ValueError(f"masked_fill: mask {mask.shape} does not broadcast to {a.shape}")
-        return out
+        # out of place, torch broadcasts the input against the mask too
+        return np.where(mask, np.asarray(value).astype(a.dtype), a)
 
     @staticmethod
     def backward(ctx, g):
         na, _, nv = ctx.needs_input_grad
-        ga = g * ~ctx.mask if na else None
+        ga = sum_to(g * ~ctx.mask, ctx.shape) if na else None
         gv = reduce_sum(g * ctx.mask, None, False) if nv else None
         return ga, None, gv
 

@@ -75,9 +75,12 @@ class CrossEntropy(Primitive):
             raise ValueError(f"cross_entropy: reduction must be 'mean' or 'sum', not {reduction!r}")
         rows = np.arange(n)
         shifted = logits - logits.max(axis=1, keepdims=True)
-        if n and (target.min() < 0 or target.max() >= c):  # NumPy would wrap a negative id
-            raise _target_out_of_bounds(target, c)
-        picked = shifted[rows, target]
+        # F.cross_entropy sends negative ids (ignored or wrong) to the general path; an id
+        # >= C makes NumPy raise here, at no extra pass over the targets
+        try:
+            picked = shifted[rows, target]
+        except IndexError:
+            raise _target_out_of_bounds(target, c) from None
         e = np.exp(shifted)
         s = e.sum(axis=1, keepdims=True)
         losses = np.log(s[:, 0]) - picked
