@@ -1,0 +1,109 @@
+"""Offline commands: `build`, `gate`, `bench`, `demo` (registered by ``__main__``).
+
+Bad input (a missing folder, a corrupt .onnx, a config that does not match its model) is one
+line on stderr and exit status 2; a gate failure is exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EXIT_GATE_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+def _bad_input(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _progress(message: str) -> None:
+    print(message, flush=True)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from inference_pipeline.pipeline import QUICK_BUILD, BuildSettings, build
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        return _bad_input(f"--out {out} exists and is not a folder")
+    settings = QUICK_BUILD if args.quick else BuildSettings()
+    settings = type(settings)(**{**settings.__dict__, "threads": args.threads})
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return _bad_input(f"cannot create --out {out}: {exc.strerror}")
+    result = build(out, settings, _progress)
+    promoted = [v.name for v in result.variants if v.promoted]
+    print(f"\nmodel repository: {result.repository}")
+    print(f"promoted ({len(promoted)}/{len(result.variants)}): {', '.join(promoted)}")
+    for variant in result.variants:
+        for failed in variant.gates.failed if variant.gates else []:
+            print(f"not promoted: {variant.name}: gate {failed.describe()}")
+    return 0 if promoted else EXIT_GATE_FAILED
+
+
+def run_gate(args: argparse.Namespace) -> int:
+    from inference_pipeline.pipeline import gate_repository
+    from inference_pipeline.repository import RepositoryError
+
+    try:
+        reports = gate_repository(Path(args.repository), args.threads, _progress)
+    except RepositoryError as exc:
+        return _bad_input(str(exc))
+    if not reports:
+        return _bad_input(f"{args.repository}: the manifest lists no promoted variant")
+    failed = [r for r in reports if not r.passed]
+    print(f"{len(reports) - len(failed)}/{len(reports)} promoted variants pass every gate")
+    return EXIT_GATE_FAILED if failed else 0
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    # The benchmark is part of the harness (it shows the library); imported only here.
+    from inference_pipeline_harness import bench
+
+    return bench.main(args)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from inference_pipeline_harness import demo
+
+    return demo.main(quick=args.quick, out=Path(args.out) if args.out else None)
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    build = subparsers.add_parser(
+        "build",
+        help="fine-tune (or load the cached model), export, fuse, quantize, gate, write the repository",
+    )
+    build.add_argument("--out", required=True, help="output folder (model_repository/ and work/)")
+    build.add_argument("--quick", action="store_true", help="small model/gate set (tests, smoke)")
+    build.add_argument("--threads", type=int, default=2, help="ONNX Runtime / torch threads")
+    build.set_defaults(run=run_build)
+
+    gate = subparsers.add_parser("gate", help="re-run the gates on an existing model repository")
+    gate.add_argument("repository", help="DIR/model_repository written by build")
+    gate.add_argument("--threads", type=int, default=2)
+    gate.set_defaults(run=run_gate)
+
+    bench = subparsers.add_parser(
+        "bench", help="latency p50/p90/p99 (batch 1, seq 128) and throughput (batch 8) per variant"
+    )
+    bench.add_argument(
+        "repository",
+        nargs="?",
+        help="DIR/model_repository (default: build one under ~/.cache/inference_pipeline/bench)",
+    )
+    bench.add_argument("--threads", type=int, default=2)
+    bench.add_argument("--iterations", type=int, default=100, help="timed runs per variant")
+    bench.add_argument("--quick", action="store_true", help="fewer runs")
+    bench.add_argument("--plot", help="write the latency plot to this PNG file")
+    bench.add_argument("--serving", action="store_true", help="the serving benchmark instead")
+    bench.set_defaults(run=run_bench)
+
+    demo = subparsers.add_parser("demo", help="build, gate and bench, printed to the console")
+    demo.add_argument("--quick", action="store_true")
+    demo.add_argument("--out", help="keep the build here (default: a temporary folder)")
+    demo.set_defaults(run=run_demo)

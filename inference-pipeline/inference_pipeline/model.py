@@ -1,0 +1,203 @@
+"""The model: all-MiniLM-L6-v2 with a five-topic BBC News head, fine-tuned once and cached.
+
+Training reuses the project's fine-tuning code (``fundamentals.finetune``: fresh head, a
+frozen-base phase, then layer-wise learning-rate decay) and BBC split
+(``phase01_common.bbc_news``). The fine-tuned weights are cached under
+``~/.cache/inference_pipeline/<settings hash>/`` (``INFERENCE_PIPELINE_CACHE`` moves it), so
+``build`` trains once per setting and later runs load in seconds.
+
+:class:`TopicClassifier` is the graph that gets exported: ``(input_ids, attention_mask) ->
+(logits, embedding)``, where ``embedding`` is the attention-masked mean of the last hidden
+state (the sentence embedding the INT8 cosine gate compares).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from inference_pipeline.tokenization import TextTokenizer
+
+NUM_LABELS = 5
+EMBEDDING_SIZE = 384
+NUM_HEADS = 12
+CACHE_ENV = "INFERENCE_PIPELINE_CACHE"
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Everything that determines the fine-tuned weights (the cache key hashes all of it)."""
+
+    train_per_label: int = 40
+    dev_per_label: int = 20
+    max_length: int = 96
+    batch_size: int = 16
+    phase_one_epochs: int = 2
+    phase_two_epochs: int = 1
+    head_lr: float = 3e-2
+    base_lr: float = 1.5e-4
+    decay: float = 0.8
+    weight_decay: float = 0.01
+    seed: int = 0
+
+    def key(self) -> str:
+        text = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# A short run (head only, few articles) for the tests: seconds instead of a minute; the gates
+# and exports do not need a well-trained model, only a deterministic one.
+QUICK_SETTINGS = TrainSettings(
+    train_per_label=8, dev_per_label=8, max_length=48, phase_one_epochs=2, phase_two_epochs=0
+)
+
+
+class TopicClassifier(nn.Module):
+    """``(input_ids, attention_mask) -> (logits [B, 5], embedding [B, 384])``."""
+
+    def __init__(self, sequence_classifier: nn.Module) -> None:
+        super().__init__()
+        self.bert = sequence_classifier.bert
+        self.classifier = sequence_classifier.classifier
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.bert(input_ids=input_ids, attention_mask=attention_mask)
+        hidden = out.last_hidden_state
+        weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        # clamp: an all-padding row gives a zero embedding instead of 0/0.
+        embedding = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+        return self.classifier(out.pooler_output), embedding
+
+
+@dataclass
+class TrainedModel:
+    """The fine-tuned sequence classifier plus what the build reports about it."""
+
+    sequence_classifier: nn.Module  # transformers BertForSequenceClassification, eval mode
+    label_names: tuple[str, ...]
+    settings: TrainSettings
+    dev_accuracy: dict[str, float]  # before / after training, on settings.dev_per_label
+    train_seconds: float
+    from_cache: bool
+
+    def classifier(self, attention: str = "sdpa") -> TopicClassifier:
+        """A copy wrapped for export/inference with the given attention implementation:
+        ``sdpa`` (torch's default, the eager baseline) or ``eager`` (plain MatMul/Softmax,
+        which ONNX Runtime's transformer optimizer can fuse into its Attention op)."""
+        model = copy.deepcopy(self.sequence_classifier)
+        model.set_attn_implementation(attention)
+        return TopicClassifier(model).eval()
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "inference_pipeline"))
+
+
+def _encode_torch(tokenizer: TextTokenizer, texts: list[str]) -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(v) for k, v in tokenizer.encode(texts).items()}
+
+
+def _fine_tune(settings: TrainSettings, progress: Progress) -> tuple[nn.Module, dict]:
+    """Phase one (frozen base, head only) then phase two (LLRD) with fundamentals.finetune."""
+    from fundamentals import finetune
+    from phase01_common.bbc_news import load_bbc_news
+
+    data = load_bbc_news(seed=settings.seed).take(settings.train_per_label, settings.dev_per_label)
+    model, _ = finetune.load_minilm_classifier(data.num_labels, seed=settings.seed)
+    tokenizer = TextTokenizer.from_checkpoint(max_length=settings.max_length)
+    train_inputs = _encode_torch(tokenizer, data.train_texts)
+    dev_inputs = _encode_torch(tokenizer, data.dev_texts)
+    train_labels = torch.as_tensor(data.train_labels)
+    dev_labels = torch.as_tensor(data.dev_labels)
+    generator = torch.Generator().manual_seed(settings.seed)
+    accuracy = {"before": finetune.accuracy(model, dev_inputs, dev_labels)}
+    progress(f"training on {len(train_labels)} BBC articles ({settings.max_length} tokens)")
+
+    finetune.set_base_trainable(model, False)
+    head_params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        head_params, lr=settings.head_lr, weight_decay=settings.weight_decay
+    )
+    args = (train_inputs, train_labels, settings.phase_one_epochs, settings.batch_size, generator)
+    losses = finetune.train_epochs(model, optimizer, *args)
+    progress(f"phase one (head only): {len(losses)} steps")
+    if settings.phase_two_epochs:
+        finetune.set_base_trainable(model, True)
+        groups = finetune.layerwise_lr_param_groups(
+            model,
+            base_lr=settings.base_lr,
+            head_lr=settings.head_lr,
+            decay=settings.decay,
+            weight_decay=settings.weight_decay,
+        )
+        optimizer = torch.optim.AdamW(groups)
+        args = (train_inputs, train_labels, settings.phase_two_epochs, settings.batch_size)
+        losses = finetune.train_epochs(model, optimizer, *args, generator)
+        progress(f"phase two (layer-wise LR decay): {len(losses)} steps")
+    accuracy["after"] = finetune.accuracy(model, dev_inputs, dev_labels)
+    model.eval()
+    for param in model.parameters():
+        param.requires_grad_(False)
+    return model, {"label_names": list(data.label_names), "dev_accuracy": accuracy}
+
+
+def load_or_train(
+    settings: TrainSettings = TrainSettings(),
+    cache_dir: Path | None = None,
+    progress: Progress = print,
+) -> TrainedModel:
+    """The fine-tuned model for ``settings``: from the cache, or trained and cached."""
+    from fundamentals import finetune
+
+    folder = (cache_dir or default_cache_dir()) / settings.key()
+    weights, meta_file = folder / "classifier.pt", folder / "meta.json"
+    start = time.perf_counter()
+    if weights.is_file() and meta_file.is_file():
+        meta = json.loads(meta_file.read_text())
+        model, _ = finetune.load_minilm_classifier(len(meta["label_names"]), seed=settings.seed)
+        model.load_state_dict(torch.load(weights, weights_only=True))
+        model.eval().requires_grad_(False)
+        progress(f"fine-tuned checkpoint loaded from {folder}")
+        from_cache = True
+    else:
+        model, meta = _fine_tune(settings, progress)
+        meta["train_seconds"] = time.perf_counter() - start
+        meta["settings"] = dataclasses.asdict(settings)
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), weights)
+        meta_file.write_text(json.dumps(meta, indent=2))
+        progress(f"fine-tuned checkpoint cached in {folder}")
+        from_cache = False
+    return TrainedModel(
+        sequence_classifier=model,
+        label_names=tuple(meta["label_names"]),
+        settings=settings,
+        dev_accuracy=meta["dev_accuracy"],
+        train_seconds=float(meta.get("train_seconds", 0.0)),
+        from_cache=from_cache,
+    )
+
+
+@torch.inference_mode()
+def torch_outputs(
+    classifier: nn.Module, inputs: dict[str, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Run the PyTorch classifier on one tokenized batch: (logits, embedding) as NumPy."""
+    logits, embedding = classifier(
+        torch.from_numpy(inputs["input_ids"]), torch.from_numpy(inputs["attention_mask"])
+    )
+    return logits.numpy(), embedding.numpy()

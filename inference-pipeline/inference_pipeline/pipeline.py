@@ -1,0 +1,326 @@
+"""`build`: model in, validated Triton repository out. `gate`: re-check an existing repository.
+
+Stages (each prints progress): load or fine-tune the model -> export (dynamo, TorchScript,
+torch.export reference) -> fuse -> quantize / FP16 -> PyTorch reference outputs on the gate
+set -> every variant through the gates -> latency -> promoted variants into
+``model_repository/``, everything (failures included) into ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from inference_pipeline import export, optimize, quantize, repository
+from inference_pipeline.gates import (
+    GATES,
+    Evaluation,
+    GateReport,
+    GateSet,
+    apply_gates,
+    build_gate_set,
+    evaluate,
+)
+from inference_pipeline.model import TrainSettings, load_or_train, torch_outputs
+from inference_pipeline.runtime import make_session, measure_latency, session_runner
+from inference_pipeline.tokenization import TextTokenizer
+
+MODEL_PREFIX = "bbc_minilm"
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    train: TrainSettings = TrainSettings()
+    gate_dev_per_label: int = 40  # 200 held-out articles: one flipped text = 0.5 points
+    ladder_per_length: int = 2
+    calibration_texts: int = 32  # training articles for static INT8 calibration
+    threads: int = 2
+    latency_iterations: int = 20
+
+
+QUICK_BUILD = BuildSettings(
+    train=TrainSettings(
+        train_per_label=8, dev_per_label=8, max_length=48, phase_one_epochs=2, phase_two_epochs=0
+    ),
+    gate_dev_per_label=4,
+    ladder_per_length=1,
+    calibration_texts=8,
+    latency_iterations=5,
+)
+
+
+@dataclass
+class Variant:
+    name: str  # model folder name, e.g. bbc_minilm_int8_dynamic
+    route: str  # export route it came from
+    precision: str  # fp32 / int8 / fp16
+    recipe: str  # how it was made, for the manifest
+    path: Path
+    gates: GateReport | None = None
+    latency_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def promoted(self) -> bool:
+        return self.gates is not None and self.gates.passed
+
+
+@dataclass
+class BuildResult:
+    repository: Path
+    variants: list[Variant]
+    fusions: list[optimize.FusionReport]
+    reference_accuracy: float
+    exported_program_max_abs_diff: float
+    seconds: dict[str, float]
+
+
+def _timed(seconds: dict[str, float], name: str, progress: Progress):
+    class _Timer:
+        def __enter__(self) -> None:
+            progress(f"[{name}] ...")
+            self.start = time.perf_counter()
+
+        def __exit__(self, *exc: object) -> None:
+            seconds[name] = time.perf_counter() - self.start
+            if exc[0] is None:
+                progress(f"[{name}] done in {seconds[name]:.1f} s")
+
+    return _Timer()
+
+
+def _make_variants(
+    classifier: torch.nn.Module,
+    tokenizer: TextTokenizer,
+    work: Path,
+    calibration: list[str],
+    progress: Progress,
+) -> tuple[list[Variant], list[optimize.FusionReport]]:
+    example = export.example_inputs(tokenizer)
+    variants, fusions = [], []
+    exports = {}
+    for route in export.ROUTES:
+        result = export.export_onnx(classifier, route, example, work / f"{route}.onnx")
+        progress(f"  exported {route}: {result.node_count} nodes in {result.seconds:.1f} s")
+        exports[route] = result.path
+        suffix = "" if route == "torchscript" else f"_{route}"
+        variants.append(
+            Variant(f"{MODEL_PREFIX}_fp32{suffix}", route, "fp32", f"{route} export", result.path)
+        )
+    for route, path in exports.items():
+        fused = optimize.fuse(path, work / f"{route}_fused.onnx", route)
+        fusions.append(fused)
+        if fused.tool != optimize.ORT_TRANSFORMER_OPTIMIZER:  # the ORT optimizer's view too
+            fusions.append(optimize.fuse_with_ort_optimizer(path, None, route))
+        progress(f"  fused {route} with {fused.tool}: {fused.counts}")
+        suffix = "" if route == "torchscript" else f"_{route}"
+        variants.append(
+            Variant(f"{MODEL_PREFIX}_fp32{suffix}_fused", route, "fp32", fused.tool, fused.path)
+        )
+    # INT8 from the plain TorchScript export (measured faster than from its fused graph).
+    base = exports["torchscript"]
+    dynamic = quantize.quantize_int8_dynamic(base, work / "int8_dynamic.onnx", per_channel=True)
+    variants.append(
+        Variant(
+            f"{MODEL_PREFIX}_int8_dynamic", "torchscript", "int8", "dynamic, per-channel", dynamic
+        )
+    )
+    progress("  quantized INT8 dynamic (per-channel weights)")
+    static = quantize.quantize_int8_static(
+        base, work / "int8_static.onnx", tokenizer, calibration, per_channel=True
+    )
+    recipe = f"static QDQ, MinMax on {len(calibration)} training texts"
+    variants.append(Variant(f"{MODEL_PREFIX}_int8_static", "torchscript", "int8", recipe, static))
+    progress(f"  quantized INT8 static QDQ ({len(calibration)} calibration texts)")
+    fp16 = quantize.convert_fp16(work / "torchscript_fused.onnx", work / "fp16.onnx")
+    variants.append(
+        Variant(f"{MODEL_PREFIX}_fp16", "torchscript", "fp16", "fused graph to FP16", fp16)
+    )
+    progress("  converted the fused graph to FP16 (FP32 inputs/outputs kept)")
+    return variants, fusions
+
+
+def _per_tensor_fallback(variant: Variant, work: Path) -> Variant:
+    """Dynamic INT8 with one scale per weight tensor (tried when per-channel fails a gate)."""
+    base = work / "torchscript.onnx"
+    path = quantize.quantize_int8_dynamic(
+        base, work / "int8_dynamic_per_tensor.onnx", per_channel=False
+    )
+    return Variant(variant.name, variant.route, "int8", "dynamic, per-tensor", path)
+
+
+def _gate_variant(
+    variant: Variant,
+    tokenizer: TextTokenizer,
+    gate_set: GateSet,
+    reference: Evaluation,
+    threads: int,
+    progress: Progress,
+) -> None:
+    runner = session_runner(make_session(variant.path, threads))
+    variant.gates = apply_gates(
+        variant.name, variant.precision, evaluate(runner, tokenizer, gate_set), reference, gate_set
+    )
+    if variant.promoted:
+        progress(f"  PASS {variant.name}")
+    for failed in variant.gates.failed:
+        progress(f"  NOT PROMOTED {variant.name}: gate {failed.describe()}")
+
+
+def build(
+    out: Path, settings: BuildSettings = BuildSettings(), progress: Progress = print
+) -> BuildResult:
+    """Run every stage; write ``out/model_repository`` (and ``out/work`` for all variants)."""
+    seconds: dict[str, float] = {}
+    torch.set_num_threads(settings.threads)
+    work, repo = out / "work", out / "model_repository"
+    work.mkdir(parents=True, exist_ok=True)
+    if repo.exists():
+        import shutil
+
+        shutil.rmtree(repo)
+    repo.mkdir(parents=True)
+    with _timed(seconds, "model", progress):
+        trained = load_or_train(settings.train, progress=progress)
+        tokenizer = TextTokenizer.from_checkpoint()
+    with _timed(seconds, "export, fuse, quantize", progress):
+        from phase01_common.bbc_news import load_bbc_news
+
+        train_texts = load_bbc_news(seed=settings.train.seed).train_texts
+        calibration = train_texts[: settings.calibration_texts]
+        variants, fusions = _make_variants(
+            trained.classifier("eager"), tokenizer, work, calibration, progress
+        )
+    with _timed(seconds, "reference", progress):
+        gate_set = build_gate_set(
+            tokenizer, settings.gate_dev_per_label, settings.ladder_per_length, settings.train.seed
+        )
+        eager = trained.classifier("sdpa")
+        reference = evaluate(lambda inputs: torch_outputs(eager, inputs), tokenizer, gate_set)
+        program = export.export_program(
+            trained.classifier("eager"), export.example_inputs(tokenizer)
+        )
+        ep_eval = evaluate(
+            lambda inputs: export.exported_program_outputs(program, inputs), tokenizer, gate_set
+        )
+        ep_diff = float(np.max(np.abs(ep_eval.batched[0] - reference.batched[0])))
+        progress(f"  torch.export reference vs eager: max abs logit diff {ep_diff:.2e}")
+    with _timed(seconds, "gates", progress):
+        for index, variant in enumerate(variants):
+            _gate_variant(variant, tokenizer, gate_set, reference, settings.threads, progress)
+            if variant.name.endswith("int8_dynamic") and not variant.promoted:
+                variants[index] = variant = _per_tensor_fallback(variant, work)
+                _gate_variant(variant, tokenizer, gate_set, reference, settings.threads, progress)
+    with _timed(seconds, "latency", progress):
+        probe = tokenizer.encode([" ".join(["news"] * 200)])
+        probe = {k: v[:, :128] for k, v in probe.items()}  # batch 1, sequence 128
+        for variant in variants:
+            runner = session_runner(make_session(variant.path, settings.threads))
+            variant.latency_ms = measure_latency(runner, probe, settings.latency_iterations)
+    with _timed(seconds, "repository", progress):
+        _write_repository(
+            repo, variants, fusions, trained, tokenizer, gate_set, reference, settings
+        )
+    return BuildResult(
+        repo,
+        variants,
+        fusions,
+        reference.accuracy(gate_set.labels),
+        ep_diff,
+        seconds,
+    )
+
+
+def _write_repository(
+    repo: Path,
+    variants: list[Variant],
+    fusions: list[optimize.FusionReport],
+    trained: object,
+    tokenizer: TextTokenizer,
+    gate_set: GateSet,
+    reference: Evaluation,
+    settings: BuildSettings,
+) -> None:
+    gate_set.save(repo / repository.GATE_SET)
+    reference.save(repo / repository.GATE_REFERENCE)
+    entries = []
+    for variant in variants:
+        files = {}
+        if variant.promoted:
+            folder = repository.write_model_folder(
+                repo, variant.name, variant.path, tokenizer, trained.label_names
+            )
+            files = {
+                str(p.relative_to(repo)): repository.file_sha256(p)
+                for p in sorted(folder.rglob("*"))
+                if p.is_file()
+            }
+        entries.append(
+            {
+                "name": variant.name,
+                "route": variant.route,
+                "precision": variant.precision,
+                "recipe": variant.recipe,
+                "promoted": variant.promoted,
+                "accuracy": variant.gates.accuracy if variant.gates else None,
+                "gates": [dataclasses.asdict(r) for r in variant.gates.results]
+                if variant.gates
+                else [],
+                "latency_ms_batch1_seq128": variant.latency_ms,
+                "files": files,
+            }
+        )
+    manifest = {
+        "model": "all-MiniLM-L6-v2 + BBC News topic head",
+        "labels": list(trained.label_names),
+        "train_settings": dataclasses.asdict(settings.train),
+        "train_settings_key": settings.train.key(),
+        "dev_accuracy_after_training": trained.dev_accuracy.get("after"),
+        "reference_accuracy": reference.accuracy(gate_set.labels),
+        "thresholds": dataclasses.asdict(GATES),
+        "threads": settings.threads,
+        "gate_data": {
+            name: repository.file_sha256(repo / name)
+            for name in (repository.GATE_SET, repository.GATE_REFERENCE)
+        },
+        "fusions": [{"route": f.route, "tool": f.tool, "counts": f.counts} for f in fusions],
+        "variants": entries,
+    }
+    repository.write_manifest(repo, manifest)
+
+
+def gate_repository(repo: Path, threads: int = 2, progress: Progress = print) -> list[GateReport]:
+    """Re-run the gates on every promoted variant of an existing repository."""
+    repo = Path(repo)
+    manifest = repository.read_manifest(repo)
+    gate_data = manifest.get("gate_data", {})
+    repository.verify_hashes(repo, gate_data)
+    gate_set = GateSet.load(repo / repository.GATE_SET)
+    reference = Evaluation.load(repo / repository.GATE_REFERENCE)
+    reports = []
+    for entry in manifest["variants"]:
+        if not entry.get("promoted"):
+            progress(f"  {entry['name']}: not promoted at build time, skipped")
+            continue
+        repository.verify_hashes(repo, entry.get("files", {}))
+        folder = repository.load_model_folder(repo / entry["name"])
+        runner = session_runner(make_session(folder.onnx_path, threads))
+        report = apply_gates(
+            entry["name"],
+            entry["precision"],
+            evaluate(runner, folder.tokenizer, gate_set),
+            reference,
+            gate_set,
+        )
+        reports.append(report)
+        status = "PASS" if report.passed else "FAIL"
+        progress(f"  {status} {entry['name']}")
+        for failed in report.failed:
+            progress(f"    gate {failed.describe()}")
+    return reports

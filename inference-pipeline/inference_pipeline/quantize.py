@@ -1,0 +1,122 @@
+"""Reduced precision: INT8 dynamic, INT8 static (QDQ, calibrated on training texts), FP16.
+
+- Dynamic INT8 (``quantize_dynamic``): weights to INT8 offline (per output channel or per
+  tensor), activations quantized at run time with a scale measured on each batch. No
+  calibration data; MatMul becomes MatMulInteger / DynamicQuantizeMatMul.
+- Static INT8 (``quantize_static``, QDQ format): activation ranges fixed by a calibration
+  run over training texts, QuantizeLinear/DequantizeLinear pairs around each quantized op,
+  which ONNX Runtime folds into integer kernels at load.
+- FP16 (``convert_float_to_float16`` with FP32 I/O kept): a numerical check on CPU only;
+  its speed only means something on a GPU (CPU kernels mostly upcast).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnxruntime.quantization import (
+    CalibrationDataReader,
+    CalibrationMethod,
+    QuantFormat,
+    QuantType,
+    quantize_dynamic,
+    quantize_static,
+)
+
+from inference_pipeline.export import check_io_contract
+from inference_pipeline.tokenization import TextTokenizer
+
+# Quantizing only the MatMuls (the weights and nearly all the FLOPs) keeps LayerNorm, Softmax
+# and the residual Adds in FP32, where INT8 would cost accuracy for little speed.
+QUANTIZED_OPS = ("MatMul",)
+_QUANT_OPTIONS = {"DefaultTensorType": onnx.TensorProto.FLOAT}  # fused ops lack type info
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # the quantizer logs a hint per model through the root logger
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        root.setLevel(level)
+
+
+def quantize_int8_dynamic(src: Path, dst: Path, per_channel: bool = True) -> Path:
+    with _quiet():
+        quantize_dynamic(
+            str(src),
+            str(dst),
+            weight_type=QuantType.QInt8,
+            per_channel=per_channel,
+            op_types_to_quantize=list(QUANTIZED_OPS),
+            extra_options=_QUANT_OPTIONS,
+        )
+    check_io_contract(onnx.load(str(dst)), str(dst))
+    return dst
+
+
+class TextCalibrationReader(CalibrationDataReader):
+    """Feeds tokenized, padded batches of calibration texts to the static quantizer."""
+
+    def __init__(self, tokenizer: TextTokenizer, texts: Sequence[str], batch_size: int) -> None:
+        self._batches = [
+            tokenizer.encode(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)
+        ]
+        self._next = iter(self._batches)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._next, None)
+
+    def rewind(self) -> None:
+        self._next = iter(self._batches)
+
+
+def quantize_int8_static(
+    src: Path,
+    dst: Path,
+    tokenizer: TextTokenizer,
+    calibration_texts: Sequence[str],
+    per_channel: bool = True,
+    batch_size: int = 8,
+) -> Path:
+    """QDQ INT8 with activation ranges from ``calibration_texts`` (MinMax calibration)."""
+    if not calibration_texts:
+        raise ValueError("static quantization needs at least one calibration text")
+    reader = TextCalibrationReader(tokenizer, calibration_texts, batch_size)
+    with _quiet():
+        quantize_static(
+            str(src),
+            str(dst),
+            reader,
+            quant_format=QuantFormat.QDQ,
+            per_channel=per_channel,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            op_types_to_quantize=list(QUANTIZED_OPS),
+            calibrate_method=CalibrationMethod.MinMax,
+            extra_options=_QUANT_OPTIONS,
+        )
+    check_io_contract(onnx.load(str(dst)), str(dst))
+    return dst
+
+
+def convert_fp16(src: Path, dst: Path) -> Path:
+    """FP16 weights and compute, FP32 inputs/outputs (so callers and gates see no change)."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    with _quiet():
+        model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+    onnx.save(model, str(dst))
+    check_io_contract(model, str(dst))
+    return dst
