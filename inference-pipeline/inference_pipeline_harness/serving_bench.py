@@ -1,0 +1,302 @@
+"""Serving benchmark: dynamic batching vs none, batcher overhead, this server vs Ray Serve.
+
+`python -m inference_pipeline bench --serving [REPOSITORY]` (through bench.py) or
+`python -m inference_pipeline_harness.serving_bench REPOSITORY`. Every comparison is measured
+in one run with its baseline interleaved (the machine is shared), and reported as medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from inference_pipeline.loadtest.cli import run_levels
+from inference_pipeline.loadtest.generator import LevelResult
+
+from inference_pipeline_harness.serving_fixtures import free_port, server_process, wait_ready
+
+REPOSITORY_ENV = "INFERENCE_PIPELINE_REPOSITORY"
+DEFAULT_OUT = Path("report") / "inference-pipeline-serving"
+
+
+@dataclass
+class BenchSettings:
+    quick: bool
+    duration_s: float
+    rounds: int
+    sweep: tuple[int, ...]
+    ray: bool
+    threads: int = 2
+    warmup_s: float = 0.5
+    texts: int = 400  # BBC dev articles per workload
+    overhead_samples: int = 300
+
+
+@dataclass
+class BenchResults:
+    model: str
+    model_note: str
+    settings: dict
+    batching: dict = field(
+        default_factory=dict
+    )  # workload -> {"batched": [...], "unbatched": [...]}
+    sweep: dict = field(default_factory=dict)  # series -> [LevelResult dict]
+    overhead: dict = field(default_factory=dict)
+    ray: dict = field(default_factory=dict)
+    machine: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+
+def log(message: str) -> None:
+    print(f"[serving bench] {message}", file=sys.stderr, flush=True)
+
+
+def choose_model(repository: Path) -> tuple[str, str]:
+    """The promoted INT8 variant with the lowest latency in the manifest, else FP32 (said)."""
+    folders = sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
+    if not folders:
+        raise FileNotFoundError(f"{repository}: no model folder with a config.pbtxt")
+    manifest_path = repository / "manifest.json"
+    latency: dict[str, float] = {}
+    if manifest_path.is_file():
+        for variant in json.loads(manifest_path.read_text()).get("variants", []):
+            figures = variant.get("latency_ms") or variant.get("latencies") or {}
+            value = figures.get("p50") if isinstance(figures, dict) else None
+            if variant.get("promoted") and isinstance(value, int | float):
+                latency[variant["name"]] = float(value)
+    int8 = [name for name in folders if "int8" in name]
+    if int8:
+        best = min(int8, key=lambda name: latency.get(name, float("inf")))
+        return best, f"{best}: the best promoted INT8 variant"
+    return folders[0], f"{folders[0]}: no promoted INT8 variant, so the FP32 model"
+
+
+def workloads(max_texts: int) -> dict[str, list[str]]:
+    """BBC News dev articles: titles (short) and bodies (the server truncates at 256 tokens)."""
+    from phase01_common.bbc_news import load_bbc_news
+
+    articles = load_bbc_news().dev_texts[:max_texts]
+    titles = [a.splitlines()[0].strip() for a in articles]
+    # 300 words is past 256 tokens for any article; the server's tokenizer truncates exactly.
+    bodies = [" ".join(a.split("\n", 1)[-1].split()[:300]) for a in articles]
+    return {"short": titles, "long": bodies}
+
+
+def measure(url: str, model: str, texts: list[str], concurrency: int, s: BenchSettings):
+    (result,) = run_levels(
+        url, model, texts, [concurrency], duration_s=s.duration_s, warmup_s=s.warmup_s,
+        progress=False,
+    )  # fmt: skip
+    return result
+
+
+def summary(results: list[LevelResult]) -> dict:
+    """Medians over rounds of throughput and latency percentiles."""
+    return {
+        "throughput": statistics.median(r.throughput for r in results),
+        "p50": statistics.median(r.latency_ms.get("p50", float("nan")) for r in results),
+        "p99": statistics.median(r.latency_ms.get("p99", float("nan")) for r in results),
+        "errors": sum(r.errors + r.rejects for r in results),
+        "rounds": len(results),
+    }
+
+
+def batching_comparison(urls: dict[str, str], model: str, loads: dict, s: BenchSettings) -> dict:
+    """Batched vs max_batch_size 1 at concurrency 16, interleaved round by round."""
+    out = {}
+    for workload, texts in loads.items():
+        rounds: dict[str, list[LevelResult]] = {"batched": [], "unbatched": []}
+        for index in range(s.rounds):
+            order = ("batched", "unbatched") if index % 2 == 0 else ("unbatched", "batched")
+            for config in order:
+                rounds[config].append(measure(urls[config], model, texts, 16, s))
+            log(f"{workload} round {index + 1}: " + ", ".join(
+                f"{c} {rounds[c][-1].throughput:.1f}/s" for c in rounds))  # fmt: skip
+        out[workload] = {config: summary(results) for config, results in rounds.items()}
+        out[workload]["raw"] = {c: [r.as_dict() for r in rs] for c, rs in rounds.items()}
+    return out
+
+
+def concurrency_sweep(urls: dict[str, str], model: str, texts: list[str], s: BenchSettings):
+    series: dict[str, list[LevelResult]] = {name: [] for name in urls}
+    for concurrency in s.sweep:
+        for name, url in urls.items():
+            series[name].append(measure(url, model, texts, concurrency, s))
+        log(f"sweep c={concurrency}: " + ", ".join(
+            f"{n} {series[n][-1].throughput:.1f}/s" for n in series))  # fmt: skip
+    return series
+
+
+def batcher_overhead(folder: Path, texts: list[str], threads: int) -> dict:
+    """p50 of one text through the batcher (delay 0) vs the same call made directly.
+
+    Also timed: the same call handed to a worker thread without any batcher, because on a
+    busy machine the OS wake-up of a thread (not the batcher's logic) is most of the cost.
+    """
+    from inference_pipeline.serving.batcher import DynamicBatcher
+    from inference_pipeline.serving.models import load_repository
+
+    (model,) = load_repository(folder, {"max_queue_delay_us": 0, "instance_count": 1}, threads)
+    delayed = model.batching.__class__(**{**asdict(model.batching), "max_queue_delay_us": 2000})
+
+    def direct(text: str) -> float:
+        begin = time.perf_counter()
+        prepared = model.prepare({"TEXT": np.array([text], dtype=object)})
+        model.run_batch(0, [prepared.data])
+        return time.perf_counter() - begin
+
+    async def through(batcher: DynamicBatcher, text: str) -> float:
+        begin = time.perf_counter()
+        prepared = model.prepare({"TEXT": np.array([text], dtype=object)})
+        await batcher.submit(prepared.data, prepared.rows, prepared.length)
+        return time.perf_counter() - begin
+
+    async def hop(pool: ThreadPoolExecutor, text: str) -> float:
+        begin = time.perf_counter()
+        prepared = model.prepare({"TEXT": np.array([text], dtype=object)})
+        await asyncio.get_running_loop().run_in_executor(pool, model.run_batch, 0, [prepared.data])
+        return time.perf_counter() - begin
+
+    async def run() -> dict[str, list[float]]:
+        pool = ThreadPoolExecutor(1)
+        batchers = {
+            "batcher": DynamicBatcher(model.batching, model.run_batch),
+            "batcher_delay_2ms": DynamicBatcher(delayed, model.run_batch),
+        }
+        for batcher in batchers.values():
+            await batcher.start()
+        times: dict[str, list[float]] = {"direct": [], "thread_hop": []}
+        times |= {name: [] for name in batchers}
+        for text in texts[:10]:  # warm-up
+            direct(text)
+        for text in texts:  # interleaved so machine noise hits all three alike
+            times["direct"].append(direct(text))
+            times["thread_hop"].append(await hop(pool, text))
+            for name, batcher in batchers.items():
+                times[name].append(await through(batcher, text))
+        for batcher in batchers.values():
+            await batcher.close()
+        pool.shutdown()
+        return times
+
+    times = asyncio.run(run())
+    p50 = {name: float(np.median(values) * 1e3) for name, values in times.items()}
+    return {
+        "p50_ms": p50,
+        "overhead_ms": p50["batcher"] - p50["direct"],
+        # the part a bare executor hand-off (no batcher) costs on this machine right now
+        "thread_hop_ms": p50["thread_hop"] - p50["direct"],
+        "overhead_with_delay_ms": p50["batcher_delay_2ms"] - p50["direct"],
+        "samples": len(texts),
+    }
+
+
+def ray_comparison(folder: Path, model: str, texts: list[str], ours_url: str, s: BenchSettings):
+    """Ray Serve (1 replica, same batch settings) vs this server at concurrency 16."""
+    import signal
+    import subprocess
+
+    port = free_port()
+    command = [sys.executable, "-m", "inference_pipeline", "serve", str(folder), "--ray",
+               "--replicas", "1", "--port", str(port), "--threads", str(s.threads)]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, timeout_s=180, process=process)
+        rounds: dict[str, list[LevelResult]] = {"this server": [], "Ray Serve": []}
+        for _ in range(s.rounds):
+            rounds["Ray Serve"].append(measure(url, model, texts, 16, s))
+            rounds["this server"].append(measure(ours_url, model, texts, 16, s))
+        log("ray: " + ", ".join(f"{n} {r[-1].throughput:.1f}/s" for n, r in rounds.items()))
+        return {name: summary(results) for name, results in rounds.items()}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def run_bench(
+    repository: Path, s: BenchSettings, loads: dict[str, list[str]] | None = None
+) -> BenchResults:
+    """Every measurement; ``loads`` replaces the BBC workloads (tests use toy texts)."""
+    name, note = choose_model(repository)
+    folder = repository / name
+    log(f"model {note}; {os.cpu_count()} cores, shared")
+    loads = loads or workloads(s.texts)
+    results = BenchResults(model=name, model_note=note, settings=asdict(s))
+    results.machine = f"{os.cpu_count()} CPU cores shared with other jobs; {s.threads} ORT threads"
+    results.overhead = batcher_overhead(
+        folder, loads["short"][: 100 if s.quick else 300], s.threads
+    )
+    log(f"batcher overhead p50: {results.overhead['overhead_ms']:.3f} ms")
+    flags = ["--threads", str(s.threads), "--log-level", "warning"]
+    with (
+        server_process(folder, *flags) as (batched_url, _),
+        server_process(folder, *flags, "--max-batch-size", "1") as (unbatched_url, _),
+    ):
+        urls = {"batched": batched_url, "unbatched": unbatched_url}
+        results.batching = batching_comparison(urls, name, loads, s)
+        sweep = concurrency_sweep(urls, name, loads["short"], s)
+        results.sweep = {n: [r.as_dict() for r in rs] for n, rs in sweep.items()}
+        if s.ray:
+            results.ray = ray_comparison(folder, name, loads["short"], batched_url, s)
+    return results
+
+
+def find_repository(explicit: str | None) -> Path:
+    candidate = explicit or os.environ.get(REPOSITORY_ENV)
+    if not candidate:
+        raise FileNotFoundError(
+            f"no model repository given: pass REPOSITORY or set {REPOSITORY_ENV} "
+            "(build one with `python -m inference_pipeline build --out DIR`)"
+        )
+    path = Path(candidate)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such model repository")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="serving bench", description=__doc__)
+    parser.add_argument("repository", nargs="?", help=f"model repository (or ${REPOSITORY_ENV})")
+    parser.add_argument("--quick", action="store_true", help="short levels, one round, no Ray")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--no-ray", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        repository = find_repository(args.repository)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    settings = bench_settings(args.quick, ray=not args.no_ray)
+    results = run_bench(repository, settings)
+    from inference_pipeline_harness.serving_report import write_outputs
+
+    for line in write_outputs(results, args.out):
+        print(line)
+    return 0
+
+
+def bench_settings(quick: bool, ray: bool = True) -> BenchSettings:
+    if quick:
+        return BenchSettings(quick=True, duration_s=3.0, rounds=1, sweep=(1, 4, 16), ray=False,
+                             texts=200, overhead_samples=100)  # fmt: skip
+    return BenchSettings(quick=False, duration_s=6.0, rounds=3, sweep=(1, 2, 4, 8, 16, 32), ray=ray)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
