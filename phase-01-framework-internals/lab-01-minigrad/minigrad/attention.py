@@ -42,23 +42,36 @@ def _check_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
         )
 
 
+def _future(q_len: int, k_len: int) -> np.ndarray:
+    """torch's is_causal mask: query i may not see key j > i (True = masked)."""
+    return np.triu(np.ones((q_len, k_len), dtype=bool), k=1)
+
+
 class FusedAttention(Function):
     @staticmethod
-    def forward(ctx: Context, q: Tensor, k: Tensor, v: Tensor) -> np.ndarray:
+    def forward(
+        ctx: Context, q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False
+    ) -> np.ndarray:
         _check_shapes(q, k, v)
         scale = 1.0 / math.sqrt(q.shape[-1])
         ctx.scale = scale
+        ctx.mask = _future(q.shape[-2], k.shape[-2]) if is_causal else None
         ctx.save_for_backward(q, k, v)
         s = (q.data @ np.swapaxes(k.data, -1, -2)) * scale
+        if ctx.mask is not None:
+            s[..., ctx.mask] = -np.inf
         s -= s.max(axis=-1, keepdims=True, initial=-np.inf)  # -inf: S = 0 gives zeros, as torch
         p = np.exp(s)
         p /= p.sum(axis=-1, keepdims=True)
         return p @ v.data
 
     @staticmethod
-    def backward(ctx: Context, grad_out: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def backward(ctx: Context, grad_out: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
         q, k, v = ctx.saved_tensors
-        p = ((q @ k.mT) * ctx.scale).softmax(dim=-1)  # recomputed, not stored
+        s = (q @ k.mT) * ctx.scale
+        if ctx.mask is not None:
+            s = s.masked_fill(ctx.mask, -np.inf)
+        p = s.softmax(dim=-1)  # recomputed, not stored
         dv = p.mT @ grad_out
         dp = grad_out @ v.mT
         ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True))
@@ -66,9 +79,12 @@ class FusedAttention(Function):
         dk = (ds.mT @ q) * ctx.scale
         # Batch and head dims broadcast (k, v of shape (1, S, d) serve every batch entry):
         # sum each gradient back to its input's shape.
-        return sum_to(dq, q.shape), sum_to(dk, k.shape), sum_to(dv, v.shape)
+        return sum_to(dq, q.shape), sum_to(dk, k.shape), sum_to(dv, v.shape), None
 
 
-def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """softmax(q kᵀ / √d) v as one node (no mask, no dropout)."""
-    return FusedAttention.apply(q, k, v)
+def scaled_dot_product_attention(
+    q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False
+) -> Tensor:
+    """softmax(q kᵀ / √d) v as one node; ``is_causal`` masks the future as torch does (no
+    other mask, no dropout)."""
+    return FusedAttention.apply(q, k, v, is_causal)

@@ -115,6 +115,49 @@ def _mlp(out_dir: Path) -> tuple[list[Check], Table, Image, float]:
     return checks, table, image, rel
 
 
+def _transformer(out_dir: Path) -> tuple[list[Check], Table, Image]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from minigrad_harness.transformer import CONFIG, compare
+
+    ours, theirs, rel = compare()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    steps = np.arange(1, len(ours.losses) + 1)
+    ax.plot(steps, theirs.losses, lw=4, alpha=0.4, label="PyTorch")
+    ax.plot(steps, ours.losses, lw=1.2, ls="--", label="minigrad")
+    ax.set_xlabel("Adam step")
+    ax.set_ylabel("cross-entropy loss (next character)")
+    ax.set_title(f"Char Transformer, 2 layers x 4 heads (max rel. diff. {rel:.1e})", fontsize=10)
+    ax.legend()
+    fig.tight_layout()
+    path = out_dir / "lab01_transformer_loss.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    checks = [
+        Check(
+            "Transformer (2 layers, 4 heads) loss curve equals torch's within 1e-5 relative",
+            rel < 1e-5,
+            f"{rel:.2e} over {len(ours.losses)} Adam steps",
+        )
+    ]
+    cfg = CONFIG
+    table = Table(
+        f"Char-level Transformer: d_model {cfg['d_model']}, {cfg['n_head']} heads, "
+        f"{cfg['n_layer']} layers, context {cfg['block']}, batch {cfg['batch']}, Adam lr "
+        f"{cfg['lr']}, float64, text: HITCHHIKERS-GUIDE.md ({ours.n_params:,} parameters)",
+        ["library", "first loss", "last loss", "time s (50 steps)"],
+        [
+            ["minigrad", ours.losses[0], ours.losses[-1], ours.seconds],
+            ["PyTorch", theirs.losses[0], theirs.losses[-1], theirs.seconds],
+        ],
+    )
+    image = Image(path, "The same Transformer from the same weights on the same batches.")
+    return checks, table, image
+
+
 def _second_order() -> list[Check]:
     checks = []
     for name, expr, specs in SECOND_ORDER_CASES:
@@ -195,6 +238,11 @@ def build_section(out_dir: Path, quick: bool) -> Section:
         section.tables.append(mlp_table)
         section.images.append(image)
     section.headline = _headline(grad_table, mlp_table, curve_rel)
+    with step("2-layer 4-head character Transformer, minigrad and PyTorch"):
+        checks, table, image = _transformer(out_dir)
+        section.checks += checks
+        section.tables.append(table)
+        section.images.append(image)
     with step("second-order gradients"):
         section.checks += _second_order()
     if not quick:

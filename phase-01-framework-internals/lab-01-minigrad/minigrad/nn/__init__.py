@@ -211,6 +211,23 @@ class ModuleList(Module):
         setattr(self, str(len(self._modules)), module)
         return self
 
+    def __repr__(self) -> str:
+        # as torch's ModuleList: a run of identical children prints once, "(0-1): 2 x Block(...)"
+        groups: list[list[Any]] = []  # [first index, last index, repr]
+        for i, m in enumerate(self._modules.values()):
+            text = repr(m)
+            if groups and groups[-1][2] == text:
+                groups[-1][1] = i
+            else:
+                groups.append([i, i, text])
+        if not groups:
+            return "ModuleList()"
+        lines = [
+            f"({a}): {_indent(text)}" if a == b else f"({a}-{b}): {b - a + 1} x {_indent(text)}"
+            for a, b, text in groups
+        ]
+        return "ModuleList(\n  " + "\n  ".join(lines) + "\n)"
+
 
 class Embedding(Module):
     """A table of ``num_embeddings`` rows of size ``embedding_dim``, N(0, 1) init (torch's);

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from minigrad import ops
+from minigrad import attention, ops
 from minigrad.creation import default_generator
 from minigrad.nn.losses import cross_entropy_general
 from minigrad.tensor import Tensor, _norm_dim
@@ -248,3 +248,8 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
         keep = default_generator().random(x.shape) >= p
         mask = keep.astype(x.dtype) / np.asarray(1.0 - p, x.dtype)
     return ops.Dropout.apply(x, mask)
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False):
+    """softmax(q kᵀ / √d) v as one fused node (minigrad.attention.FusedAttention)."""
+    return attention.scaled_dot_product_attention(q, k, v, is_causal)
