@@ -71,7 +71,7 @@ def choose_model(repository: Path) -> tuple[str, str]:
     latency: dict[str, float] = {}
     if manifest_path.is_file():
         for variant in json.loads(manifest_path.read_text()).get("variants", []):
-            figures = variant.get("latency_ms") or variant.get("latencies") or {}
+            figures = variant.get("latency_ms_batch1_seq128") or variant.get("latency_ms") or {}
             value = figures.get("p50") if isinstance(figures, dict) else None
             if variant.get("promoted") and isinstance(value, int | float):
                 latency[variant["name"]] = float(value)

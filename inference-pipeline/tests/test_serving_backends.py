@@ -136,5 +136,5 @@ def test_mismatched_config_and_model_are_refused(tmp_path):
         (folder / name).write_bytes((source / name).read_bytes())
     text = (source / "config.pbtxt").read_text().replace('"attention_mask"', '"token_type_ids"')
     (folder / "config.pbtxt").write_text(text)
-    with pytest.raises(ConfigError, match="declares inputs"):
+    with pytest.raises(ConfigError, match="do not match"):
         load_repository(tmp_path)

@@ -89,9 +89,10 @@ def test_burst_beyond_queue_limit_gets_fast_rejects_and_every_accepted_answer():
     assert len(accepted) >= 4 and rejected
     assert {status for status, _, _ in rejected} == {503}
     assert all("queue full" in answer["error"] for _, answer, _ in rejected)
-    # a reject costs no queueing: well under one batch (200 ms) and what accepted ones waited
+    # a reject costs no queueing: a fraction of what accepted requests waited (>= one 200 ms
+    # batch each); not an absolute bound, the shared machine's thread scheduling varies
     reject_s = np.median([seconds for _, _, seconds in rejected])
-    assert reject_s < 0.1 and reject_s < 0.5 * np.median([r[2] for _, r in accepted])
+    assert reject_s < 0.5 * np.median([r[2] for _, r in accepted])
     for text, (_, answer, _) in accepted:
         np.testing.assert_allclose(logits_of(answer)[0], alone(model, text), atol=1e-4)
 

@@ -117,7 +117,10 @@ class TextClassifierModel(ServedModel):
         self.outputs = (*config.outputs, TensorSpec(LABEL_OUTPUT, "BYTES", ()))
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
-        return [encoding.ids for encoding in self.tokenizer.encode_batch(texts)]
+        """Token ids per text, unpadded (the tokenizer may pad a request's texts on the right;
+        batches are padded later, to the batch's longest)."""
+        encodings = self.tokenizer.encode_batch(texts)
+        return [e.ids[: sum(e.attention_mask)] for e in encodings]
 
     def prepare(self, inputs: dict[str, np.ndarray]) -> Prepared:
         if set(inputs) != {TEXT_INPUT}:
@@ -210,6 +213,8 @@ def load_model(
     config = ModelConfig(
         config.name, config.platform, config.inputs, config.outputs, batching, config.parameters
     )
+    if config.platform == "onnxruntime_onnx" and config.parameters.get("tokenizer"):
+        return _load_text_model(folder, config, threads)
     version = _latest_version(folder, MODEL_FILES[config.platform])
     threads = threads or default_threads(batching.instance_count)
     model_path = version / MODEL_FILES[config.platform]
@@ -217,23 +222,30 @@ def load_model(
         make_backend(config.platform, model_path, threads) for _ in range(batching.instance_count)
     ]
     _check_declared(config, backends[0], folder)
-    tokenizer_name = config.parameters.get("tokenizer")
-    if not tokenizer_name:
-        return TensorModel(config, version, backends)
-    from tokenizers import Tokenizer
+    return TensorModel(config, version, backends)
+
+
+def _load_text_model(folder: Path, config: ModelConfig, threads: int | None) -> ServedModel:
+    """A text classifier folder, read and validated by the offline side's loader (the same
+    checks and the same tokenizer settings the gates ran with)."""
+    from inference_pipeline.repository import RepositoryError, load_model_folder
 
     try:
-        tokenizer = Tokenizer.from_file(str(folder / tokenizer_name))
-        labels = (folder / config.parameters.get("labels", "labels.txt")).read_text().split("\n")
-    except Exception as exc:
-        raise ConfigError(f"{folder}: cannot load tokenizer or labels ({exc})") from None
-    labels = [label for label in labels if label.strip()]
-    max_length = int(config.parameters.get("max_sequence_length", "256"))
-    tokenizer.no_padding()
-    tokenizer.enable_truncation(max_length=max_length)
-    if not config.outputs or len(labels) != config.outputs[0].dims[-1]:
-        raise ConfigError(f"{folder}: labels.txt does not match the first output's width")
-    return TextClassifierModel(config, version, backends, tokenizer, labels, max_length)
+        loaded = load_model_folder(folder)
+    except RepositoryError as exc:
+        raise ConfigError(str(exc)) from None
+    instances = config.batching.instance_count
+    threads = threads or default_threads(instances)
+    backends = [make_backend(config.platform, loaded.onnx_path, threads) for _ in range(instances)]
+    _check_declared(config, backends[0], folder)
+    return TextClassifierModel(
+        config,
+        loaded.onnx_path.parent,
+        backends,
+        loaded.tokenizer.tokenizer,
+        list(loaded.labels),
+        loaded.max_sequence_length,
+    )
 
 
 def load_repository(
