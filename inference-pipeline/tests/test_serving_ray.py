@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tritonclient.http as triton
 from inference_pipeline.serving.models import load_repository
 from inference_pipeline_harness.serving_fixtures import (
@@ -133,3 +134,19 @@ def test_ray_serve_answers_v2_and_stops_every_process_it_started(tmp_path):
                 process.wait()
         for pid in alive(started):  # only what this test started, by id
             os.kill(pid, signal.SIGKILL)
+
+
+def test_serve_deploy_config_builds_the_same_deployment():
+    import yaml
+    from inference_pipeline.serving import ray_deployment
+    from ray import serve
+
+    config_path = Path(__file__).parents[1] / "deploy" / "ray_serve_config.yaml"
+    (application,) = yaml.safe_load(config_path.read_text())["applications"]
+    module, _, builder = application["import_path"].partition(":")
+    assert module == ray_deployment.__name__
+    args = dict(application["args"], repository=str(tiny_repository()))
+    built = getattr(ray_deployment, builder)(args)
+    assert isinstance(built, serve.Application)
+    with pytest.raises(ValueError, match="repository"):
+        ray_deployment.app_builder({"num_replicas": 2})

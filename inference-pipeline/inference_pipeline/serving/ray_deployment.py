@@ -175,3 +175,18 @@ def run_ray_serve(repository: str, overrides: dict, args: argparse.Namespace) ->
                 shutil.rmtree(temp_dir, ignore_errors=True)
     log.info("stopped", extra={"ray": True})
     return 0
+
+
+def app_builder(args: dict) -> serve.Application:
+    """Ray Serve application builder, for ``serve deploy`` / ``serve run`` of a config file.
+
+    ``args``: ``repository`` (path on every node), optional ``overrides`` (batching settings
+    by their BatchingSettings names), ``threads`` and ``num_replicas``.
+    """
+    unknown = set(args) - {"repository", "overrides", "threads", "num_replicas"}
+    if unknown or "repository" not in args:
+        raise ValueError(f"app_builder args: need 'repository'; unknown keys {sorted(unknown)}")
+    deployment = V2Deployment.options(num_replicas=int(args.get("num_replicas", 1)))
+    return deployment.bind(
+        str(args["repository"]), dict(args.get("overrides") or {}), args.get("threads")
+    )
