@@ -36,3 +36,22 @@ def small_savedmodel(tmp_path_factory):
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory):
     return run_demo(tmp_path_factory.mktemp("lab03_pipeline"), quick=True)
+
+
+@pytest.fixture(scope="session")
+def dynamic_savedmodel(tmp_path_factory):
+    """A serving model with a None batch dimension and no 'serving_default' signature."""
+
+    class Scorer(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(tf.random.stateless_normal([8, 4], seed=[3, 4]))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32, name="x")])
+        def classify(self, x):
+            return {"logits": tf.matmul(x, self.w)}
+
+    folder = tmp_path_factory.mktemp("dyn") / "scorer"
+    model = Scorer()
+    tf.saved_model.save(model, str(folder), signatures={"classify": model.classify})
+    return folder

@@ -136,3 +136,8 @@ def test_demo_reports_measured_table_and_passing_checks(demo):
     assert len(table.rows) == 3 and not table.has_nan()
     assert all(image.path.is_file() for image in demo.images)
     assert all(ms > 0 for ms in demo.latency_ms.values())
+
+
+if __name__ == "__main__":
+    # The acceptance checks; `pytest .` in this folder runs them and tests/ too.
+    raise SystemExit(pytest.main([__file__, "-v"]))

@@ -231,7 +231,7 @@ class GraphReport:
         return to_dot(self, hide_ops)
 
     def render(self, out_base: Path, hide_ops: Sequence[str] = ("Const", "NoOp")) -> Path:
-        """Draw the graph: SVG through Graphviz ``dot`` where it exists, else a matplotlib PNG."""
+        """Draw the graph as SVG: Graphviz ``dot`` where it exists, else the layered SVG."""
         from graph_inspector.render import render
 
         return render(self, Path(out_base), hide_ops)

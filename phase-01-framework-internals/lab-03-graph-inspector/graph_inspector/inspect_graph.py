@@ -24,7 +24,6 @@ from graph_inspector.compiler_stats import (
 from graph_inspector.cost_rules import NodeCost, TensorInfo
 from graph_inspector.errors import NotASavedModelError
 from graph_inspector.graph_model import Capture, GraphReport, Node
-from graph_inspector.render import draw_graph_png
 from graph_inspector.savedmodel import check_savedmodel_dir, load_savedmodel
 from graph_inspector.walker import Container, flatten_with_paths, inspect_concrete_function
 
@@ -38,7 +37,6 @@ __all__ = [
     "TensorInfo",
     "XlaStats",
     "check_savedmodel_dir",
-    "draw_graph_png",
     "example_inputs",
     "flatten_with_paths",
     "hlo_op_counts",

@@ -1,6 +1,7 @@
 """Renderers of a :class:`~graph_inspector.graph_model.GraphReport`: Graphviz DOT, a drawing
-(SVG via ``dot`` where it exists, else matplotlib), the readable SVG overview grouped by name
-scope (with the full graph in a linked file), the op-type histogram, and a TensorBoard log.
+(SVG via ``dot`` where it exists, else a layered SVG of its own), the readable SVG overview
+grouped by name scope (with the full graph in a linked file), the op-type histogram, and a
+TensorBoard log.
 """
 
 from __future__ import annotations
@@ -65,12 +66,13 @@ def to_dot(report: GraphReport, hide_ops: Sequence[str] = ()) -> str:
 def render(
     report: GraphReport, out_base: Path, hide_ops: Sequence[str] = ("Const", "NoOp")
 ) -> Path:
-    """Draw the graph: SVG through Graphviz ``dot`` where it exists, else a matplotlib PNG."""
+    """Draw the graph as SVG: through Graphviz ``dot`` where it exists, else with the layered
+    drawing of :func:`draw_full_graph_svg` (float dataflow)."""
     out_base = Path(out_base)
     out_base.parent.mkdir(parents=True, exist_ok=True)
+    svg = out_base.with_suffix(".svg")
     dot = shutil.which("dot")
     if dot:
-        svg = out_base.with_suffix(".svg")
         subprocess.run(
             [dot, "-Tsvg", "-o", str(svg)],
             input=to_dot(report, hide_ops).encode(),
@@ -78,9 +80,7 @@ def render(
             timeout=120,
         )
         return svg
-    png = out_base.with_suffix(".png")
-    draw_graph_png(report, png, hide_ops)
-    return png
+    return draw_full_graph_svg(report, svg, hide_ops)
 
 
 def plot_op_histogram(report: GraphReport, path: Path, top: int = 25) -> Path:
@@ -122,112 +122,6 @@ def write_tensorboard(report: GraphReport, logdir: Path) -> Path:
     writer.flush()
     writer.close()
     return logdir
-
-
-def draw_graph_png(
-    report: GraphReport, path: Path, hide_ops: Sequence[str] = (), float_only: bool = True
-) -> Path:
-    """Layered drawing of the graph with matplotlib (used when Graphviz is not installed).
-
-    Layer = longest path from an input, so data flows top to bottom as in ``dot``'s layout.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    hidden = set(hide_ops)
-    nodes = [n for n in report.nodes if n.op not in hidden]
-    if float_only:
-        # The tensor dataflow a reader cares about: drop shape arithmetic (int32), variable
-        # handles (resource) and their reads; edges then jump over what was dropped.
-        nodes = [
-            n
-            for n in nodes
-            if n.op != "ReadVariableOp"
-            and any(t.dtype.startswith(("float", "bfloat")) for t in n.outputs)
-        ]
-    shown = {n.name for n in nodes}
-    by_name = {n.name: n for n in report.nodes}
-    producer_of = {t.name: n.name for n in report.nodes for t in n.outputs}
-
-    def shown_parents(node: Node) -> list[str]:
-        found: list[str] = []
-        stack = [producer_of[t] for t in node.inputs if t in producer_of]
-        seen: set[str] = set()
-        while stack:
-            name = stack.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            if name in shown:
-                found.append(name)
-            else:
-                stack += [producer_of[t] for t in by_name[name].inputs if t in producer_of]
-        return sorted(found)
-
-    parents = {n.name: shown_parents(n) for n in nodes}
-    depth: dict[str, int] = {}
-    for n in nodes:  # graph order is topological, so one pass suffices
-        depth[n.name] = 1 + max((depth[p] for p in parents[n.name] if p in depth), default=-1)
-    layers: dict[int, list[str]] = {}
-    for n in nodes:
-        layers.setdefault(depth[n.name], []).append(n.name)
-    width = max((len(v) for v in layers.values()), default=1)
-    height = len(layers)
-    pos: dict[str, tuple[float, float]] = {}
-    for d in sorted(layers):
-        names = layers[d]
-        # Barycentre ordering: place a node under the mean x of its parents (fewer crossings).
-        names.sort(
-            key=lambda nm: (
-                sum(pos[p][0] for p in parents[nm] if p in pos) / max(len(parents[nm]), 1),
-                nm,
-            )
-        )
-        for i, name in enumerate(names):
-            pos[name] = ((i + 0.5) * width / len(names), -d)
-    fig_w = min(max(6.0, 1.3 * width), 40.0)
-    fig_h = min(max(4.0, 0.32 * height), 120.0)
-    fig, ax = plt.subplots(figsize=(fig_w, fig_h))
-    for n in nodes:
-        for src in parents[n.name]:
-            if src in pos:
-                (x0, y0), (x1, y1) = pos[src], pos[n.name]
-                ax.plot([x0, x1], [y0, y1], color="#999999", linewidth=0.4, zorder=1)
-    font = 9 if width < 16 else 6  # readable when the page scales the drawing down
-    for n in nodes:
-        x, y = pos[n.name]
-        ax.text(
-            x,
-            y,
-            n.op,
-            ha="center",
-            va="center",
-            fontsize=font,
-            zorder=2,
-            bbox={
-                "boxstyle": "round,pad=0.2",
-                "fc": _CATEGORY_COLOURS.get(category(n.op), "#ffffff"),
-                "ec": "#555555",
-                "lw": 0.3,
-            },
-        )
-    ax.set_xlim(-0.2, width + 0.2)
-    ax.set_ylim(-height, 1)
-    ax.axis("off")
-    ax.set_title(
-        f"{report.function_name}: {len(nodes)} of {report.node_count} nodes shown "
-        f"({'float dataflow only; ' if float_only else ''}"
-        f"hidden: {', '.join(sorted(hidden)) or 'none'})",
-        fontsize=8,
-    )
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
 
 
 # --- readable SVG: name scopes as boxes, the full graph in a linked file -------------------------

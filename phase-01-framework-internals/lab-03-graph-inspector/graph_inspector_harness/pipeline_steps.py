@@ -314,12 +314,17 @@ def run_demo(out_dir: Path, quick: bool = False) -> PipelineResult:
             {k: v for k, v in logits.items() if k != "savedmodel"}, data.dev_labels
         ),
         latency_ms=latency,
-        sizes={
-            "tf": _folder_bytes(savedmodel_dir),
-            **{f"tflite_{q}": p.stat().st_size for q, p in conversion.paths.items()},
-        },
+        sizes={"tf": _folder_bytes(savedmodel_dir)}
+        | {f"tflite_{q}": p.stat().st_size for q, p in conversion.paths.items()},
         seconds=seconds,
     )
+    _finish(result, cfg, losses, traces, (trap_caught, trap_message), out_dir)
+    return result
+
+
+def _finish(result: PipelineResult, cfg: TrainConfig, losses, traces, trap, out_dir: Path) -> None:
+    """The checks, the table and the plot of a finished run."""
+    trap_caught, trap_message = trap
     result.checks = [
         Check(
             "retrace monitor's count equals TensorFlow's over training, export and reload",
@@ -336,9 +341,8 @@ def run_demo(out_dir: Path, quick: bool = False) -> PipelineResult:
     ]
     result.tables = [_table(result, cfg)]
     result.images = [
-        _plot(out_dir / "pipeline.png", _NAMES, result.accuracy, result.sizes, latency)
+        _plot(out_dir / "pipeline.png", _NAMES, result.accuracy, result.sizes, result.latency_ms)
     ]
-    return result
 
 
 _NAMES = {

@@ -73,6 +73,11 @@ def build_section(out_dir: Path, quick: bool) -> Section:
         _determinism_part(section, kind, fingerprint_procs)
     timed("determinism (2 subprocesses, overlapped, wall)", fingerprint_start)
 
+    start = time.perf_counter()
+    with step("TF1 Session.run vs tf.function; a SavedModel's signatures and asset"):
+        _concepts_part(section, out_dir)
+    timed("TF1 / SavedModel concepts", start)
+
     if not quick:
         start = time.perf_counter()
         with step("XLA and MLIR op counts"):
@@ -119,7 +124,6 @@ def headline(pipeline: Any, retraces: tuple[int, int], graph: str) -> list[tuple
 def _graph_part(section: Section, out_dir: Path, quick: bool) -> str:
     import tensorflow as tf
     from graph_inspector.bert import BertConfig, BertForSequenceClassification
-    from graph_inspector.cost_rules import category
     from graph_inspector.inspect_graph import trace_and_inspect
     from graph_inspector.render import draw_full_graph_svg, draw_scope_overview_svg
 
@@ -149,6 +153,13 @@ def _graph_part(section: Section, out_dir: Path, quick: bool) -> str:
     )
     section.images.append(Image(histogram, "Nodes per op type in the same FuncGraph"))
     section.texts.append((f"FuncGraph summary (BERT-tiny, [1, {seq_len}])", report.summary()))
+    return _cost_part(section, report, model, config, seq_len)
+
+
+def _cost_part(section: Section, report: Any, model: Any, config: Any, seq_len: int) -> str:
+    """The cost by op type, checked against the analytic BERT count; returns the headline."""
+    import tensorflow as tf
+    from graph_inspector.cost_rules import category
 
     flops_by_op: dict[str, int] = {}
     bytes_by_op: dict[str, int] = {}
@@ -293,6 +304,59 @@ def _determinism_part(section: Section, kind: str, procs: list[Any] | Exception)
             same,
             f"node counts {a['node_count']} / {b['node_count']}, JSON sha256 "
             f"{a['sha256'][:12]} / {b['sha256'][:12]}",
+        )
+    )
+
+
+# --- TF1 and SavedModel concepts -------------------------------------------------------------
+
+
+def _concepts_part(section: Section, out_dir: Path) -> None:
+    import shutil
+
+    from graph_inspector.savedmodel import describe_savedmodel
+
+    from graph_inspector_harness.tf1_concepts import (
+        VOCAB,
+        lookup_ids,
+        save_vocab_model,
+        session_vs_function,
+    )
+
+    two = session_vs_function()
+    ops = sorted(set(two.tf1_ops) | set(two.tf2_ops))
+    section.tables.append(
+        Table(
+            "The same MLP as a TF1 graph (Session.run) and a tf.function FuncGraph: ops by type",
+            ["op type", "TF1 graph", "FuncGraph"],
+            [[op, two.tf1_ops.get(op, 0), two.tf2_ops.get(op, 0)] for op in ops],
+        )
+    )
+    section.checks.append(
+        Check(
+            "TF1 Session.run and tf.function give the same outputs",
+            two.max_abs_diff <= 1e-6,
+            f"max |diff| {two.max_abs_diff:.1e}; TF1 graph {sum(two.tf1_ops.values())} ops "
+            f"(variables as VarHandleOp + initializers), FuncGraph "
+            f"{sum(two.tf2_ops.values())} ops + {two.tf2_captures} captured handles",
+        )
+    )
+    folder = save_vocab_model(out_dir / "vocab_savedmodel")
+    moved = out_dir / "vocab_savedmodel_moved"
+    shutil.rmtree(moved, ignore_errors=True)
+    shutil.move(str(folder), str(moved))
+    ids = lookup_ids(moved, ["graph", "asset", "unknown-word"])
+    section.checks.append(
+        Check(
+            "a moved SavedModel still reads its vocabulary asset",
+            ids == [VOCAB.index("graph"), VOCAB.index("asset"), 0],
+            f"lookup(graph, asset, unknown-word) = {ids}",
+        )
+    )
+    section.texts.append(
+        (
+            "python -m graph_inspector signatures (a moved SavedModel)",
+            describe_savedmodel(moved).text(),
         )
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -137,3 +138,74 @@ def test_cli_unknown_signature_is_one_line(small_savedmodel, capsys):
     assert cli.main(["inspect", str(small_savedmodel), "--signature", "nope"]) == cli.EXIT_USAGE
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no signature 'nope'" in err[0]
+
+
+# --- issue 17 -----------------------------------------------------------------------------------
+
+
+def test_help_lists_every_command():
+    proc = run_cli("--help")
+    assert proc.returncode == 0, proc.stderr
+    for command in ("inspect", "convert", "signatures", "demo", "bench"):
+        assert re.search(rf"^\s+{command}\s", proc.stdout, re.M), proc.stdout
+    assert "tensorflow" not in proc.stderr.lower()  # --help does not import TensorFlow
+
+
+@pytest.mark.parametrize("value", ["-3", "0"])
+def test_unknown_dim_is_checked_before_any_work(tmp_path, value, capsys):
+    # Regression: `--unknown-dim -3 --xla` printed the whole summary, then a TensorFlow
+    # InvalidArgumentError, exit 1. The SavedModel here is corrupt: reaching the work would say so.
+    (tmp_path / "saved_model.pb").write_bytes(b"not a protobuf")
+    assert cli.main(["inspect", str(tmp_path), "--unknown-dim", value, "--xla"]) == cli.EXIT_USAGE
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "--unknown-dim: must be a positive size" in lines[0], captured.err
+    assert captured.out == ""
+
+
+def test_unknown_dim_drives_the_cost_estimate(dynamic_savedmodel, capsys):
+    # Regression: a None batch dimension reported "estimated cost: 0 FLOP" from the command line.
+    assert cli.main(["inspect", str(dynamic_savedmodel)]) == 0
+    out = capsys.readouterr().out
+    assert "estimated cost: 0 FLOP" in out and "pass --unknown-dim N" in out
+    assert cli.main(["inspect", str(dynamic_savedmodel), "--unknown-dim", "4"]) == 0
+    out = capsys.readouterr().out
+    flops = 2 * 4 * 8 * 4  # MatMul [4, 8] @ [8, 4]
+    assert f"estimated cost: {flops} FLOP" in out, out
+    assert "unknown dimensions costed as 4" in out and "pass --unknown-dim" not in out
+
+
+def test_convert_takes_a_signature_and_prints_sizes_in_fitting_units(
+    dynamic_savedmodel, tmp_path, capsys
+):
+    # Regression: convert had no --signature, so a SavedModel without serving_default could not
+    # be converted; and a 2 KB model printed as "0.00 MB".
+    out = tmp_path / "out"
+    assert cli.main(["convert", str(dynamic_savedmodel), "--out", str(out)]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no signature 'serving_default'" in err[0] and "classify" in err[0]
+    argv = ["convert", str(dynamic_savedmodel), "--out", str(out), "--signature", "classify"]
+    assert cli.main(argv) == 0
+    stdout = capsys.readouterr().out
+    assert (out / "model_float32.tflite").is_file()
+    assert (out / "model_dynamic_range.tflite").is_file()
+    assert re.search(r"float32 .* \d+\.\d KiB ", stdout), stdout
+    assert " MB" not in stdout  # was "0.00 MB"
+
+
+def test_tensorboard_suggestion_names_an_installed_tensorboard(small_savedmodel, tmp_path, capsys):
+    logdir = tmp_path / "tb"
+    assert cli.main(["inspect", str(small_savedmodel), "--tensorboard", str(logdir)]) == 0
+    out = capsys.readouterr().out
+    command = re.search(r"view it: (\S+) --logdir", out).group(1)
+    assert os.access(command, os.X_OK), f"{command} is not an installed program"
+    version = subprocess.run([command, "--version_tb"], capture_output=True, text=True, timeout=120)
+    assert version.returncode == 0 and re.match(r"\d+\.\d+", version.stdout), version
+
+
+def test_units_fit_the_size():
+    from graph_inspector.units import human_bytes
+
+    assert human_bytes(2_100) == "2.1 KiB"
+    assert human_bytes(17_400_000) == "16.6 MiB"
+    assert human_bytes(512) == "512 B"

@@ -216,3 +216,43 @@ def test_variable_captured_by_reference_python_value_by_value():
     assert (demo.variable_before, demo.variable_after_assign) == (2.0, 5.0)
     assert (demo.python_before, demo.python_after_rebind) == (2.0, 2.0)  # stale, no retrace
     assert demo.traces == 2
+
+
+# --- issue 17: unknown dimensions, the readable drawing ------------------------------------------
+
+
+def test_unknown_dim_costs_a_none_batch_like_a_fixed_one():
+    def dense(x):
+        return tf.matmul(x, tf.ones([8, 4]))
+
+    dynamic = trace_and_inspect(dense, tf.TensorSpec([None, 8], tf.float32))
+    assert dynamic.total_flops == 0 and dynamic.uncostable
+    costed = trace_and_inspect(dense, tf.TensorSpec([None, 8], tf.float32), unknown_dim=6)
+    fixed = trace_and_inspect(dense, tf.TensorSpec([6, 8], tf.float32))
+    assert costed.total_flops == fixed.total_flops == 2 * 6 * 8 * 4
+    assert costed.inputs[0].shape == (None, 8)  # shapes shown as traced
+    with pytest.raises(ValueError, match="positive"):
+        trace_and_inspect(dense, tf.TensorSpec([None, 8], tf.float32), unknown_dim=-3)
+
+
+def test_funcgraph_drawn_as_readable_svg_grouped_by_name_scope(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    from graph_inspector.render import draw_full_graph_svg, draw_scope_overview_svg
+    from graph_inspector_harness.fingerprint import bert_report
+
+    report = bert_report(seq_len=16, num_labels=5)
+    overview = draw_scope_overview_svg(report, tmp_path / "g.svg")
+    full = draw_full_graph_svg(report, tmp_path / "g_full.svg")
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    boxes = ET.parse(overview).getroot().findall("s:rect", ns)
+    texts = [t.text for t in ET.parse(overview).getroot().findall("s:text", ns)]
+    assert 10 <= len(boxes) <= 40  # scopes, not 463 nodes
+    assert any(t and t.endswith("layer_0/attention") for t in texts), texts
+    assert any(t and t.endswith("pooler") for t in texts)
+    sizes = {int(t.get("font-size")) for t in ET.parse(overview).getroot().findall("s:text", ns)}
+    assert min(sizes) >= 11  # readable at 100% zoom
+    width = float(ET.parse(overview).getroot().get("width"))
+    assert width <= 1400  # fits the page without scaling the text down
+    full_boxes = ET.parse(full).getroot().findall("s:rect", ns)
+    assert len(full_boxes) > 3 * len(boxes)  # the whole graph, one click away

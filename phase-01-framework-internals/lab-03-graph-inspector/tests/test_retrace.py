@@ -188,3 +188,90 @@ def test_numpy_arguments_are_described_like_tensors():
 
     assert describe(np.zeros([2, 3], np.float32)).text == "float32[2,3]"
     assert describe(tf.zeros([2], tf.int32)).key == describe(np.zeros([2], np.int32)).key
+
+
+# --- issue 17: every suggested fix works, eager calls, TF's own warning --------------------------
+
+
+def _fix_scenarios():
+    from graph_inspector_harness.scenarios import fix_scenarios
+
+    return fix_scenarios()
+
+
+def test_every_actionable_fix_in_the_cause_table_has_a_scenario():
+    from graph_inspector.retrace_causes import CAUSES, RULES
+
+    actionable = {
+        (rule, f.key) for rule, kind in CAUSES.items() for f in kind.fixes if f.actionable
+    }
+    assert actionable, "the table lists no fix"
+    assert actionable <= set(_fix_scenarios()), sorted(actionable - set(_fix_scenarios()))
+    # The rules are data: every rule a predicate can pick has its entry in the table.
+    assert {rule for _, rule in RULES} <= set(CAUSES)
+
+
+@pytest.mark.parametrize("key", sorted(_fix_scenarios()), ids=lambda k: f"{k[0]}-{k[1]}")
+def test_suggested_fix_removes_the_retrace_and_keeps_the_outputs(key):
+    result = _fix_scenarios()[key]()
+    assert result.suggested, f"monitor did not suggest {key}:\n{result.before.report()}"
+    assert result.retrace_gone, (
+        f"{result.before.traces} -> {result.after.traces} traces (expected "
+        f"{result.expected_traces}):\n{result.after.report()}"
+    )
+    assert result.outputs_match, (result.outputs_before, result.outputs_after)
+
+
+def test_variable_with_changing_shape_is_told_reduce_retracing_not_input_signature():
+    # Regression: the monitor suggested input_signature=[tf.TensorSpec([None], tf.float32)],
+    # which hands the function a tensor: 'SymbolicTensor' object has no attribute 'assign_add'.
+    @tf.function
+    def accumulate(v, x):
+        v.assign_add(x)
+        return v.read_value()
+
+    monitor = RetraceMonitor(accumulate)
+    for n in (2, 3):
+        monitor(tf.Variable(tf.zeros([n])), tf.ones([n]))
+    causes = monitor.records[1].causes
+    assert {c.arg for c in causes} == {"v", "x"}
+    for cause in causes:
+        assert "reduce_retracing=True" in cause.fix and "input_signature=[" not in cause.fix
+    broken = tf.function(accumulate.python_function, input_signature=[tf.TensorSpec([None])] * 2)
+    with pytest.raises(AttributeError, match="assign_add"):  # what the old advice did
+        broken(tf.Variable(tf.zeros([2])), tf.ones([2]))
+
+
+def test_explain_retracing_of_a_plain_function_called_eagerly_does_not_warn(recwarn):
+    def add_one(x):
+        return x + 1
+
+    with explain_retracing(add_one) as log:
+        add_one(tf.ones([2]))  # eager: no tf.function, nothing traces
+    assert not [w for w in recwarn if "never called" in str(w.message)]
+    assert log.traces == 0 and "called 1 time(s) in the block, eagerly" in log.report()
+    with pytest.warns(UserWarning, match="never called"):  # not called at all: still warned
+        with explain_retracing(add_one):
+            pass
+
+
+def _double(x):
+    return x * 2
+
+
+def _trigger_tf_retracing_warning():
+    for _ in range(7):  # fresh tf.function objects: TF warns "... triggered tf.function retracing"
+        tf.function(_double)(tf.ones([2]))
+
+
+def test_bench_drops_tensorflows_own_retracing_warning(caplog, monkeypatch):
+    from graph_inspector_harness import bench
+
+    with caplog.at_level("WARNING", logger="tensorflow"):
+        _trigger_tf_retracing_warning()
+    assert "triggered tf.function retracing" in caplog.text  # the warning the bench must drop
+    caplog.clear()
+    monkeypatch.setattr(bench, "_measure", lambda repeats: _trigger_tf_retracing_warning() or 0)
+    with caplog.at_level("WARNING", logger="tensorflow"):
+        assert bench.run_bench(repeats=1) == 0
+    assert "triggered tf.function retracing" not in caplog.text
