@@ -141,3 +141,17 @@ def test_metrics_show_requests_and_average_batch(served):
         assert name in text
     assert f'inference_requests_total{{model="{TINY_MODEL}",status="success"}}' in text
     assert 'status="bad_request"' in text
+
+
+def test_tritonclient_priority_and_timeout_reach_the_batcher(served):
+    url, _, _ = served
+    client = triton.InferenceServerClient(url.removeprefix("http://"))
+    text_input = triton.InferInput("TEXT", [1], "BYTES")
+    text_input.set_data_from_numpy(np.array(["market"], dtype=object))
+    assert client.infer(TINY_MODEL, [text_input], priority=1).as_numpy("label").shape == (1,)
+    with pytest.raises(triton.InferenceServerException, match="priority 5 outside 1..2"):
+        client.infer(TINY_MODEL, [text_input], priority=5)
+    with pytest.raises(triton.InferenceServerException, match="timed out") as timed_out:
+        client.infer(TINY_MODEL, [text_input], timeout=1)  # 1 microsecond in the queue
+    assert timed_out.value.status() == "504"
+    client.close()
