@@ -2,10 +2,12 @@
 
 Layout (engine apart from ops):
   tensor.py    Tensor (data, grad, grad_fn, version counter) and operator sugar
+  tensor_inplace.py  Tensor's in-place ops and float()/int()/format()
   grad_mode.py no_grad / enable_grad: the switch that says whether ops record
   function.py  Function / Primitive / ctx: one apply records one graph node per op
   engine.py    backward() and grad(): one Kahn loop, accumulation, retain/create_graph
-  ops.py       every built-in op as a Primitive, forward and backward side by side
+  ops/         every built-in op as a Primitive, forward and backward side by side
+  creation.py  zeros, ones, full, arange, randn, rand, *_like, manual_seed
   rules.py     per-primitive rule tables (the hook for vmap / IR-lowering rules)
 """
 
