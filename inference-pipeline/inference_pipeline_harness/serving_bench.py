@@ -39,6 +39,7 @@ class BenchSettings:
     warmup_s: float = 0.5
     texts: int = 400  # BBC dev articles per workload
     overhead_samples: int = 300
+    length_aware: bool = True  # also compare length-aware grouping on mixed lengths
 
 
 @dataclass
@@ -52,6 +53,7 @@ class BenchResults:
     sweep: dict = field(default_factory=dict)  # series -> [LevelResult dict]
     overhead: dict = field(default_factory=dict)
     ray: dict = field(default_factory=dict)
+    length_aware: dict = field(default_factory=dict)  # mixed lengths: on vs off
     machine: str = ""
 
     def to_json(self) -> str:
@@ -126,6 +128,17 @@ def batching_comparison(urls: dict[str, str], model: str, loads: dict, s: BenchS
         out[workload] = {config: summary(results) for config, results in rounds.items()}
         out[workload]["raw"] = {c: [r.as_dict() for r in rs] for c, rs in rounds.items()}
     return out
+
+
+def length_aware_comparison(urls: dict[str, str], model: str, loads: dict, s: BenchSettings):
+    """Mixed titles and bodies at c=16: length-aware grouping on vs off (same batch size)."""
+    mixed = [text for pair in zip(loads["short"], loads["long"], strict=False) for text in pair]
+    rounds: dict[str, list[LevelResult]] = {name: [] for name in urls}
+    for index in range(s.rounds):
+        for name in urls if index % 2 == 0 else reversed(list(urls)):
+            rounds[name].append(measure(urls[name], model, mixed, 16, s))
+    log("length-aware: " + ", ".join(f"{n} {r[-1].throughput:.1f}/s" for n, r in rounds.items()))
+    return {name: summary(results) for name, results in rounds.items()}
 
 
 def concurrency_sweep(urls: dict[str, str], model: str, texts: list[str], s: BenchSettings):
@@ -252,6 +265,10 @@ def run_bench(
         results.batching = batching_comparison(urls, name, loads, s)
         sweep = concurrency_sweep(urls, name, loads["short"], s)
         results.sweep = {n: [r.as_dict() for r in rs] for n, rs in sweep.items()}
+        if s.length_aware:
+            with server_process(folder, *flags, "--no-length-aware") as (plain_url, _):
+                pair = {"length-aware": batched_url, "not length-aware": plain_url}
+                results.length_aware = length_aware_comparison(pair, name, loads, s)
         if s.ray:
             results.ray = ray_comparison(folder, name, loads["short"], batched_url, s)
     return results

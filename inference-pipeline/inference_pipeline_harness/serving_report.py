@@ -64,11 +64,14 @@ def overhead_rows(results: BenchResults) -> list[list[object]]:
     ]  # fmt: skip
 
 
-def ray_rows(results: BenchResults) -> list[list[object]]:
+def comparison_rows(figures_by_server: dict) -> list[list[object]]:
     return [
         [name, round(f["throughput"], 1), round(f["p50"], 2), round(f["p99"], 2), f["errors"]]
-        for name, f in results.ray.items()
+        for name, f in figures_by_server.items()
     ]
+
+
+COMPARISON_COLUMNS = ["server", "answers/s", "p50 ms", "p99 ms", "errors"]
 
 
 def markdown_table(columns: list[str], rows: list[list[object]]) -> str:
@@ -118,10 +121,14 @@ def write_outputs(results: BenchResults, out: Path) -> list[str]:
         "Concurrency sweep (short texts):",
         markdown_table(SWEEP_COLUMNS, sweep_rows(results)),
     ]
+    if results.length_aware:
+        parts += [
+            "Length-aware batching, mixed titles and bodies (concurrency 16):",
+            markdown_table(COMPARISON_COLUMNS, comparison_rows(results.length_aware)),
+        ]
     if results.ray:
         parts += ["This server vs Ray Serve (1 replica, same batching, concurrency 16):",
-                  markdown_table(["server", "answers/s", "p50 ms", "p99 ms", "errors"],
-                                 ray_rows(results))]  # fmt: skip
+                  markdown_table(COMPARISON_COLUMNS, comparison_rows(results.ray))]  # fmt: skip
     text = "\n\n".join(parts)
     (out / "tables.md").write_text(text + "\n")
     return [text, f"written: {out}/results.json, tables.md, batching.png, sweep.png"]
@@ -182,10 +189,17 @@ def build_subsection(out_dir: Path, quick: bool, repository: Path | None = None)
               overhead_rows(results)),
         Table("Concurrency sweep (short texts)", SWEEP_COLUMNS, sweep_rows(results)),
     ]  # fmt: skip
+    if results.length_aware:
+        section.tables.append(
+            Table(
+                "Length-aware batching, mixed lengths (c=16)",
+                COMPARISON_COLUMNS,
+                comparison_rows(results.length_aware),
+            )
+        )
     if results.ray:
-        section.tables.append(Table("This server vs Ray Serve (c=16)",
-                                    ["server", "answers/s", "p50 ms", "p99 ms", "errors"],
-                                    ray_rows(results)))  # fmt: skip
+        section.tables.append(Table("This server vs Ray Serve (c=16)", COMPARISON_COLUMNS,
+                                    comparison_rows(results.ray)))  # fmt: skip
     section.images = [
         Image(out_dir / "batching.png", f"Batching vs none at c=16 ({results.model_note})"),
         Image(out_dir / "sweep.png", "Latency vs throughput over the concurrency sweep"),

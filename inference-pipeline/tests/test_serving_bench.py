@@ -25,7 +25,7 @@ def test_choose_model_prefers_int8_and_says_when_it_falls_back(tmp_path):
 
 def test_toy_bench_measures_and_builds_its_report(tmp_path):
     settings = BenchSettings(quick=True, duration_s=0.3, rounds=1, sweep=(2,), ray=False,
-                             warmup_s=0.1, overhead_samples=20)  # fmt: skip
+                             warmup_s=0.1, overhead_samples=20, length_aware=False)  # fmt: skip
     loads = {"short": sample_texts(40, seed=12, max_words=5), "long": sample_texts(40, seed=13)}
     results = run_bench(tiny_repository(), settings, loads)
     for workload in ("short", "long"):
