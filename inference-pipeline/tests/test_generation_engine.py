@@ -181,7 +181,7 @@ def test_paged_gather_returns_what_was_appended() -> None:
         cache.append(seq_id, keys[:, :, 4:], keys[:, :, 4:] + 1)
         written[seq_id] = keys
     past, lengths = cache.gather([3, 1, 2])
-    assert lengths.tolist() == [11, 7, 2] and past[0].shape == (3, 2, 11, 2)
+    assert lengths.tolist() == [11, 7, 2] and past[0].shape == (3, 2, 12, 2)  # 4 blocks of 3
     for row, seq_id in enumerate((3, 1, 2)):
         n = lengths[row]
         for layer in range(2):

@@ -186,11 +186,11 @@ class ContinuousBatchingEngine(_Engine):
             mask[i, : lengths[i]] = 1
             mask[i, longest_past : longest_past + len(row)] = 1
         logits, present = self.step_fn(tokens, positions, mask, past)
-        stacked_k = np.stack(present[0::2])  # [L, B, H, P+T, D]
-        stacked_v = np.stack(present[1::2])
+        # Only the new tokens' keys/values go back to the blocks: [L, B, H, T, D].
+        new_k = np.stack([k[:, :, longest_past:] for k in present[0::2]])
+        new_v = np.stack([v[:, :, longest_past:] for v in present[1::2]])
         for i, row in enumerate(rows):
-            span = slice(longest_past, longest_past + len(row))
-            self.cache.append(ids[i], stacked_k[:, i, :, span], stacked_v[:, i, :, span])
+            self.cache.append(ids[i], new_k[:, i, :, : len(row)], new_v[:, i, :, : len(row)])
         return logits
 
     def _decode(self, seqs: list[_Sequence]) -> None:
@@ -279,7 +279,9 @@ class StaticBatchingEngine(_Engine):
             # Every row runs, finished or not: the batch is as long as its longest request.
             feed = np.array([[h.tokens[-1] if h.tokens else 0] for h in handles], dtype=np.int64)
             mask = np.concatenate([mask, np.ones((len(handles), 1), dtype=np.int64)], axis=1)
-            logits, past = self.step_fn(feed, next_position[:, None], mask, past)
+            # A finished row keeps running; clamp its position so it stays a valid index.
+            positions = np.minimum(next_position, self.config.max_positions - 1)[:, None]
+            logits, past = self.step_fn(feed, positions, mask, past)
             self.stats.decode_passes += 1
             next_position += 1
             last = [logits[i, 0] for i in range(len(handles))]

@@ -60,7 +60,8 @@ def cache_equality_gate(
             progress(f"  cache equality: {i + 1}/{len(prompts)} prompts")
     equal = len(prompts) - len(mismatched)
     return GateResult(
-        f"greedy ORT+cache == PyTorch no cache ({max_new_tokens} tokens)",
+        f"greedy with KV cache ({type(step).__name__}) == PyTorch without cache "
+        f"({max_new_tokens} tokens)",
         equal,
         f"all {len(prompts)} prompts identical",
         not mismatched,

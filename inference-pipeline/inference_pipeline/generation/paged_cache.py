@@ -36,6 +36,9 @@ class PagedKVCache:
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() gives low ids first
         self.tables: dict[int, list[int]] = {}
         self.lengths: dict[int, int] = {}
+        # Reused gather buffers: a fresh multi-MB array per step costs more in page faults than
+        # the copy itself. Views into them are valid until the next gather.
+        self._buffers: dict[tuple[int, str], np.ndarray] = {}
 
     # ---- accounting -----------------------------------------------------------------------
     def blocks_for(self, tokens: int) -> int:
@@ -99,26 +102,46 @@ class PagedKVCache:
             done += take
         self.lengths[seq_id] = start + count
 
+    def _buffer(self, kind: int, role: str, shape: tuple[int, ...]) -> np.ndarray:
+        size = int(np.prod(shape))
+        flat = self._buffers.get((kind, role))
+        if flat is None or flat.size < size:
+            flat = self._buffers[(kind, role)] = np.empty(
+                max(size, 2 * (0 if flat is None else flat.size)), np.float32
+            )
+        return flat[:size].reshape(shape)
+
+    def _gather_pool(self, pool: np.ndarray, table: np.ndarray, kind: int) -> np.ndarray:
+        """[L, B, H, W*bs, D] for one pool (keys or values), built in reused buffers."""
+        c, (batch, width) = self.config, table.shape
+        blocks = self._buffer(
+            kind, "blocks", (c.n_layer, batch, width, c.n_head, self.block_size, c.head_dim)
+        )
+        np.take(pool, table, axis=1, out=blocks)
+        dense = self._buffer(
+            kind, "dense", (c.n_layer, batch, c.n_head, width, self.block_size, c.head_dim)
+        )
+        np.copyto(dense, blocks.transpose(0, 1, 3, 2, 4, 5))
+        return dense.reshape(c.n_layer, batch, c.n_head, width * self.block_size, c.head_dim)
+
     def gather(self, seq_ids: list[int]) -> tuple[list[np.ndarray], np.ndarray]:
-        """Dense past for a batch: 2*L arrays [B, H, P, D] with P the longest cached length
-        (shorter rows padded with garbage the mask hides), and the lengths [B]."""
+        """Dense past for a batch: 2*L arrays [B, H, P, D], P the longest cached length rounded
+        up to whole blocks (slots past a row's length hold garbage the mask hides), and the
+        lengths [B]. Two copies per pool: the block gather and the head-major transpose."""
         lengths = np.array([self.lengths[s] for s in seq_ids], dtype=np.int64)
         longest = int(lengths.max(initial=0))
-        c = self.config
+        c, batch = self.config, len(seq_ids)
         if longest == 0:
-            empty = np.zeros((len(seq_ids), c.n_head, 0, c.head_dim), dtype=np.float32)
+            empty = np.zeros((batch, c.n_head, 0, c.head_dim), dtype=np.float32)
             return [empty] * (2 * c.n_layer), lengths
         width = self.blocks_for(longest)
-        table = np.zeros((len(seq_ids), width), dtype=np.int64)
+        table = np.zeros((batch, width), dtype=np.int64)
         for row, seq_id in enumerate(seq_ids):
             ids = self.tables[seq_id][:width]
             table[row, : len(ids)] = ids
-        past: list[np.ndarray] = []
-        for layer in range(c.n_layer):
-            for pool in (self.keys, self.values):
-                blocks = pool[layer][table]  # [B, W, H, bs, D]
-                dense = blocks.transpose(0, 2, 1, 3, 4).reshape(
-                    len(seq_ids), c.n_head, -1, c.head_dim
-                )
-                past.append(np.ascontiguousarray(dense[:, :, :longest]))
+        dense = [
+            self._gather_pool(pool, table, kind)
+            for kind, pool in enumerate((self.keys, self.values))
+        ]
+        past = [dense[kind][layer] for layer in range(c.n_layer) for kind in (0, 1)]
         return past, lengths

@@ -26,7 +26,7 @@ ARTICLE_SEPARATOR = b"\n\n\n"
 @dataclass(frozen=True)
 class TrainSettings:
     seconds: float = 900.0
-    batch_size: int = 4  # small batches, many steps: what a few CPU-minutes buy best
+    batch_size: int = 8
     window: int = 256  # bytes per training window (the model's context)
     peak_lr: float = 3e-3
     warmup_steps: int = 30

@@ -1,0 +1,245 @@
+"""Continuous versus static batching under a closed-loop load (not a test).
+
+``python -m inference_pipeline_harness.generation_bench [--quick] [--out DIR]``, or through the
+pipeline's ``bench --generation``. Each of C clients sends its requests one after another
+(closed loop); both engines serve the identical workload (same prompts, same long-tailed output
+lengths), timed in the same run. Reported per engine and concurrency: generated tokens/s,
+requests/s, time to first token and inter-token latency p50/p90/p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from inference_pipeline.generation.engine import (
+    ContinuousBatchingEngine,
+    EngineRunner,
+    StaticBatchingEngine,
+)
+from inference_pipeline.generation.requests import GenerationRequest
+from inference_pipeline.generation.runtime import StepFunction
+
+# Output lengths are long-tailed, as in chat/completion traffic: most answers are short, a few
+# run long. Static batching pays for every batch's longest; continuous batching does not.
+OUTPUT_LENGTHS = (8, 16, 32, 64, 128, 192)
+OUTPUT_WEIGHTS = (0.25, 0.25, 0.2, 0.15, 0.1, 0.05)
+PROMPT_BYTES = (16, 48)
+
+
+@dataclass
+class RunResult:
+    engine: str
+    concurrency: int
+    requests: int
+    tokens: int
+    seconds: float
+    tokens_per_s: float
+    requests_per_s: float
+    ttft_p50_ms: float
+    ttft_p90_ms: float
+    ttft_p99_ms: float
+    itl_p50_ms: float
+    itl_p90_ms: float
+    itl_p99_ms: float
+
+
+def workload(
+    text: np.ndarray, count: int, max_positions: int, seed: int = 0
+) -> list[GenerationRequest]:
+    """Held-out prompts of 16-47 bytes; output lengths drawn from OUTPUT_LENGTHS (clipped to the
+    model's context)."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.choice(OUTPUT_LENGTHS, size=count, p=OUTPUT_WEIGHTS)
+    requests = []
+    for n in lengths:
+        size = int(rng.integers(*PROMPT_BYTES))
+        start = int(rng.integers(0, len(text) - size))
+        prompt = bytes(text[start : start + size])
+        requests.append(GenerationRequest(prompt, int(min(n, max_positions - size))))
+    return requests
+
+
+def run_load(
+    engine: ContinuousBatchingEngine | StaticBatchingEngine,
+    requests: list[GenerationRequest],
+    concurrency: int,
+) -> RunResult:
+    """C client threads share the request list; each waits for its answer before the next."""
+    runner = EngineRunner(engine).start()
+    handles, errors, lock = [], [], threading.Lock()
+    todo = iter(requests)
+
+    def client() -> None:
+        while True:
+            with lock:
+                request = next(todo, None)
+            if request is None:
+                return
+            try:
+                handle = engine.submit(request)
+            except Exception as exc:  # reported after the run, not lost in a thread
+                errors.append(exc)
+                return
+            handle.wait()
+            with lock:
+                handles.append(handle)
+
+    start = time.perf_counter()
+    clients = [threading.Thread(target=client) for _ in range(concurrency)]
+    for c in clients:
+        c.start()
+    for c in clients:
+        c.join()
+    seconds = time.perf_counter() - start
+    runner.stop()
+    if errors:
+        raise RuntimeError(f"{len(errors)} requests failed; first: {errors[0]}")
+    ttft = np.array([h.timings()[0] for h in handles]) * 1e3
+    itl = np.concatenate([h.timings()[1] for h in handles] + [np.zeros(0)]) * 1e3
+    tokens = sum(len(h.tokens) for h in handles)
+    p = np.percentile
+    return RunResult(
+        type(engine).__name__.replace("BatchingEngine", "").lower(),
+        concurrency, len(handles), tokens, round(seconds, 2),
+        tokens / seconds, len(handles) / seconds,
+        *(float(p(ttft, q)) for q in (50, 90, 99)),
+        *(float(p(itl, q)) for q in (50, 90, 99)),
+    )  # fmt: skip
+
+
+def make_engine(kind: str, step: StepFunction, concurrency: int):
+    if kind == "continuous":
+        return ContinuousBatchingEngine(step, max_batch=concurrency, prefill_chunk=32)
+    return StaticBatchingEngine(step, batch_size=concurrency, max_wait_s=0.05)
+
+
+def benchmark(
+    step: StepFunction,
+    text: np.ndarray,
+    concurrencies: list[int],
+    requests_per_client: int,
+    progress=print,
+) -> list[RunResult]:
+    results = []
+    for concurrency in concurrencies:
+        count = concurrency * requests_per_client
+        requests = workload(text, count, step.config.max_positions, seed=concurrency)
+        for kind in ("static", "continuous"):
+            result = run_load(make_engine(kind, step, concurrency), requests, concurrency)
+            progress(
+                f"  {kind:10s} C={concurrency:2d}: {result.tokens_per_s:7.1f} tok/s  "
+                f"TTFT p50 {result.ttft_p50_ms:7.1f} ms  ITL p50/p99 "
+                f"{result.itl_p50_ms:6.1f}/{result.itl_p99_ms:6.1f} ms  ({result.seconds:.1f} s)"
+            )
+            results.append(result)
+    return results
+
+
+def verdict(results: list[RunResult], concurrency: int = 16) -> dict[str, float | bool]:
+    """The issue's target at concurrency 16: >= 2x tokens/s at an equal or lower p99 ITL."""
+    by = {(r.engine, r.concurrency): r for r in results}
+    static, continuous = by[("static", concurrency)], by[("continuous", concurrency)]
+    speedup = continuous.tokens_per_s / static.tokens_per_s
+    itl_ratio = continuous.itl_p99_ms / static.itl_p99_ms
+    return {
+        "concurrency": concurrency,
+        "tokens_per_s_speedup": speedup,
+        "itl_p99_ratio": itl_ratio,
+        "target_met": speedup >= 2.0 and itl_ratio <= 1.0,
+    }
+
+
+def plot(results: list[RunResult], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for kind, style in (("static", "o--"), ("continuous", "s-")):
+        rows = sorted((r for r in results if r.engine == kind), key=lambda r: r.concurrency)
+        xs = [r.concurrency for r in rows]
+        axes[0].plot(xs, [r.tokens_per_s for r in rows], style, label=kind)
+        axes[1].plot(xs, [r.ttft_p50_ms for r in rows], style, label=f"{kind} p50")
+        axes[1].plot(xs, [r.ttft_p99_ms for r in rows], style, alpha=0.5, label=f"{kind} p99")
+        axes[2].plot(xs, [r.itl_p50_ms for r in rows], style, label=f"{kind} p50")
+        axes[2].plot(xs, [r.itl_p99_ms for r in rows], style, alpha=0.5, label=f"{kind} p99")
+    titles = ("generated tokens/s", "time to first token (ms)", "inter-token latency (ms)")
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_title(title)
+        ax.set_xlabel("concurrent clients")
+        ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[1].set_yscale("log")
+    fig.suptitle(
+        "Continuous vs static batching, byte-level GPT on ONNX Runtime (shared 2-core CPU)"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="generation_bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="concurrency 16 only, fewer requests")
+    parser.add_argument("--concurrency", default="1,4,16", help="comma-separated client counts")
+    parser.add_argument("--requests-per-client", type=int, default=6)
+    parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads")
+    parser.add_argument("--int8", action="store_true", help="serve the INT8 graph")
+    parser.add_argument("--out", type=Path, default=Path("report/generation"))
+    args = parser.parse_args(argv)
+    try:
+        concurrencies = [int(c) for c in args.concurrency.split(",")]
+        if not concurrencies or min(concurrencies) < 1 or args.requests_per_client < 1:
+            raise ValueError
+    except ValueError:
+        print("error: --concurrency needs positive integers, e.g. 1,4,16", file=sys.stderr)
+        return 2
+    if args.quick:
+        concurrencies, args.requests_per_client = [16], 3
+    if 16 not in concurrencies:
+        concurrencies.append(16)  # the target is stated at 16
+
+    from inference_pipeline.generation.artifacts import load_artifacts
+    from inference_pipeline.generation.runtime import OrtStep
+    from inference_pipeline.generation.train import corpus_bytes
+
+    artifacts = load_artifacts()
+    path = artifacts.files.onnx_int8 if args.int8 else artifacts.files.onnx_fp32
+    step = OrtStep(path, artifacts.model.config, threads=args.threads)
+    _, held_out = corpus_bytes()
+    print(
+        f"generation bench: {path.name}, concurrency {concurrencies}, "
+        f"{args.requests_per_client} requests per client, output lengths {OUTPUT_LENGTHS}"
+    )
+    results = benchmark(step, held_out, sorted(set(concurrencies)), args.requests_per_client)
+    summary = verdict(results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    figure = plot(results, args.out / "generation_batching.png")
+    report = {
+        "model": str(path),
+        "machine": "shared 2-core CPU (other jobs running; compare ratios, not absolutes)",
+        "output_lengths": dict(zip(map(str, OUTPUT_LENGTHS), OUTPUT_WEIGHTS, strict=True)),
+        "results": [asdict(r) for r in results],
+        "verdict": summary,
+    }
+    (args.out / "generation_bench.json").write_text(json.dumps(report, indent=2))
+    print(
+        f"continuous/static at C=16: {summary['tokens_per_s_speedup']:.2f}x tokens/s, "
+        f"p99 ITL ratio {summary['itl_p99_ratio']:.2f} -> target "
+        f"{'met' if summary['target_met'] else 'missed'}; plot {figure}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
