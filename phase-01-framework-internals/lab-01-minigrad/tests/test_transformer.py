@@ -50,3 +50,46 @@ def test_causal_fused_attention_matches_torch(shapes):
     assert minigrad.gradgradcheck(
         lambda q, k, v: scaled_dot_product_attention(q, k, v, True), small
     )
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize(
+    "call",
+    [
+        dict(need_weights=False),
+        dict(need_weights=False, is_causal=True, attn_mask="causal"),
+        dict(need_weights=True),
+        dict(need_weights=True, average_attn_weights=False, attn_mask="causal"),
+        dict(need_weights=True, attn_mask="additive"),
+    ],
+    ids=["fused", "fused_causal", "weights", "weights_per_head_causal", "additive_mask"],
+)
+def test_multihead_attention_matches_torch(batch_first, call):
+    e, heads, length, n = 8, 2, 5, 3
+    rng = np.random.default_rng(1)
+    ours = minigrad.nn.MultiheadAttention(e, heads, batch_first=batch_first, dtype=np.float64)
+    theirs = torch.nn.MultiheadAttention(e, heads, batch_first=batch_first, dtype=torch.float64)
+    assert repr(ours) == repr(theirs)
+    theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
+    masks = {
+        "causal": np.triu(np.ones((length, length), dtype=bool), k=1),
+        "additive": rng.standard_normal((length, length)),
+    }
+    kwargs = {k: masks[v] if k == "attn_mask" else v for k, v in call.items()}
+    shape = (n, length, e) if batch_first else (length, n, e)
+    x = rng.standard_normal(shape)
+    xm = minigrad.tensor(x, requires_grad=True)
+    xt = torch.tensor(x, requires_grad=True)
+    out, w = ours(xm, xm, xm, **kwargs)
+    torch_kwargs = {k: torch.from_numpy(v) if k == "attn_mask" else v for k, v in kwargs.items()}
+    ref, wt = theirs(xt, xt, xt, **torch_kwargs)
+    assert relative_error(out.data, ref.detach().numpy()) < 1e-7
+    assert (w is None) == (wt is None)
+    if w is not None:
+        assert relative_error(w.data, wt.detach().numpy()) < 1e-7
+    up = rng.standard_normal(ref.shape)
+    out.backward(up)
+    ref.backward(torch.from_numpy(up))
+    assert relative_error(xm.grad.data, xt.grad.numpy()) < 1e-7
+    for (name, p), q in zip(ours.named_parameters(), theirs.parameters(), strict=True):
+        assert relative_error(p.grad.data, q.grad.numpy()) < 1e-7, name
