@@ -77,11 +77,15 @@ def choose_model(repository: Path) -> tuple[str, str]:
             value = figures.get("p50") if isinstance(figures, dict) else None
             if variant.get("promoted") and isinstance(value, int | float):
                 latency[variant["name"]] = float(value)
+    # only promoted variants get a folder, so every folder here passed its gates
+    checked = "promoted" if manifest_path.is_file() else "no manifest: gates not checked"
     int8 = [name for name in folders if "int8" in name]
     if int8:
         best = min(int8, key=lambda name: latency.get(name, float("inf")))
-        return best, f"{best}: the best promoted INT8 variant"
-    return folders[0], f"{folders[0]}: no promoted INT8 variant, so the FP32 model"
+        return best, f"{best}: the fastest INT8 variant ({checked})"
+    fp32 = [name for name in folders if "fp32" in name] or folders
+    best = min(fp32, key=lambda name: latency.get(name, float("inf")))
+    return best, f"{best}: no INT8 variant in the repository, so FP32 ({checked})"
 
 
 def workloads(max_texts: int) -> dict[str, list[str]]:
@@ -275,12 +279,13 @@ def run_bench(
 
 
 def find_repository(explicit: str | None) -> Path:
+    """REPOSITORY, else ${INFERENCE_PIPELINE_REPOSITORY}, else the offline bench's cached
+    full build (made on first use, as `python -m inference_pipeline bench` does)."""
     candidate = explicit or os.environ.get(REPOSITORY_ENV)
     if not candidate:
-        raise FileNotFoundError(
-            f"no model repository given: pass REPOSITORY or set {REPOSITORY_ENV} "
-            "(build one with `python -m inference_pipeline build --out DIR`)"
-        )
+        from inference_pipeline_harness.bench import default_repository
+
+        return default_repository(progress=log)
     path = Path(candidate)
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such model repository")

@@ -20,7 +20,7 @@ def test_choose_model_prefers_int8_and_says_when_it_falls_back(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     assert choose_model(tmp_path)[0] == "m_int8_static"
     name, note = choose_model(tiny_repository())
-    assert name == TINY_MODEL and "no promoted INT8" in note
+    assert name == TINY_MODEL and "no INT8 variant" in note
 
 
 def test_toy_bench_measures_and_builds_its_report(tmp_path):
