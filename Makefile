@@ -22,11 +22,27 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
+# Build output (setuptools banners, the compiler's notes) goes to this log; it is shown only
+# when a step fails.
+SETUP_LOG := $(VENV)/setup.log
+# `run_logged,<what>,<command>`: one progress line, the command's output in SETUP_LOG.
+run_logged = @echo "  $(1) (log: $(SETUP_LOG))"; mkdir -p $(VENV); touch $(SETUP_LOG); \
+	start=$$(wc -l <$(SETUP_LOG)); \
+	if ! PYTHONWARNINGS=ignore $(2) >>$(SETUP_LOG) 2>&1; then \
+	tail -n +$$((start + 1)) $(SETUP_LOG) | tail -n 80; \
+	echo "failed: $(1); full log in $(SETUP_LOG)"; exit 1; fi
+# TensorFlow prints two lines on import, twice, before its logging reads TF_CPP_MIN_LOG_LEVEL,
+# and TFLite one when it makes its CPU delegate: `make demo` and `make bench` drop exactly
+# those and pass every other line through.
+TF_NOISE := -e 'All log messages before absl::InitializeLog' -e 'oneDNN custom operations are on' \
+	-e 'Created TensorFlow Lite XNNPACK delegate for CPU'
+quiet_tf = set -o pipefail; { $(1) 2>&1 1>&3 3>&- | { grep -v $(TF_NOISE) || true; } 1>&2; } 3>&1
+
 DEPS_STAMP := $(VENV)/.deps-installed
 PKGS_STAMP := $(VENV)/.pkgs-installed
 LAB2_STAMP := $(VENV)/.warp-softmax-installed
 
-.PHONY: all setup demo test bench lint format clean check-python
+.PHONY: all setup demo test bench lint format clean check-python browser
 
 all: test
 
@@ -45,26 +61,36 @@ $(DEPS_STAMP): requirements.txt constraints.txt | check-python
 
 # Our own packages, editable, so the tree you read is the code that runs.
 $(PKGS_STAMP): $(DEPS_STAMP) $(foreach d,$(PURE_PKGS),$(d)/pyproject.toml)
-	$(PY) -m pip install --quiet --no-deps --no-build-isolation $(foreach d,$(PURE_PKGS),-e $(d))
-	touch $@
+	$(call run_logged,installing our packages editable,$(PY) -m pip install --no-deps --no-build-isolation $(foreach d,$(PURE_PKGS),-e $(d)))
+	@touch $@
 
 # Lab 02 is installed editable too; its install compiles the C++ library (and the .cu where
 # torch has CUDA), so it is redone when a source changes.
 $(LAB2_STAMP): $(PKGS_STAMP) $(wildcard $(LAB2)/csrc/* $(LAB2)/setup.py $(LAB2)/pyproject.toml)
-	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e $(LAB2)
-	touch $@
+	$(call run_logged,building warp_softmax (C++) and installing it editable,$(PY) -m pip install --no-deps --no-build-isolation -e $(LAB2))
+	@touch $@
 
-setup: $(PKGS_STAMP) $(LAB2_STAMP)
+# The report's browser test drives Debian's chromium (never `playwright install`). Installed
+# here when missing and we are root (as CI runs); otherwise that one test skips, naming it.
+browser:
+	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "  installing chromium for the report's browser test (log: $(SETUP_LOG))"; \
+		mkdir -p $(VENV); \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+			>>$(SETUP_LOG) 2>&1 || echo "  chromium not installed (see $(SETUP_LOG)); the browser test will skip"; \
+	fi
+
+setup: $(PKGS_STAMP) $(LAB2_STAMP) browser
 
 demo: setup
-	$(PY) tools/run_demo.py
+	@$(call quiet_tf,$(PY) tools/run_demo.py)
 
 # pytest.ini's testpaths name every lab: each lab's test_lab.py and tests/ folder.
 test: setup lint
 	$(PY) -m pytest
 
 bench: setup
-	@for pkg in $(BENCH_PKGS); do echo "== python -m $$pkg bench"; $(PY) -m $$pkg bench || exit 1; done
+	@for pkg in $(BENCH_PKGS); do echo "== python -m $$pkg bench"; $(call quiet_tf,$(PY) -m $$pkg bench) || exit 1; done
 
 lint: $(DEPS_STAMP)  # ruff, configured once in ruff.toml
 	$(PY) -m ruff check .
@@ -75,4 +101,5 @@ format: $(DEPS_STAMP)
 	$(PY) -m ruff check --fix .
 
 clean:
-	rm -rf $(VENV) report build out $(LAB2)/build $(LAB2)/warp_softmax/*.so
+	rm -rf $(VENV) report build out $(LAB2)/build $(LAB2)/warp_softmax/*.so \
+		$(LAB1)/bench_results.json $(LAB2)/results/*-quick*

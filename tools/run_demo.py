@@ -11,7 +11,6 @@ so a failure shows in the report and in the exit status instead of disappearing.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import platform
 import shutil
@@ -25,13 +24,9 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display on the project's machines
 
-from phase01_common.report import (  # noqa: E402
-    Check,
-    Section,
-    nan_table_checks,
-    render_html,
-    render_markdown,
-)
+from phase01_common.cli import OneLineArgumentParser, OutputFolderError, prepare_out_dir  # noqa: E402
+from phase01_common.render import render_html, render_markdown  # noqa: E402
+from phase01_common.report import Check, Section, count_checks, nan_table_checks  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table as RichTable  # noqa: E402
 
@@ -137,8 +132,17 @@ def run_section(title: str, module: str, out_dir: Path, quick: bool) -> Section:
         raise
     except BaseException as exc:  # the report must show the failure, not lose the section
         section = _failed_section(title, exc)
-    section.checks.append(Check("section wall time", True, f"{time.perf_counter() - start:.1f} s"))
+    section.seconds = time.perf_counter() - start
     return section
+
+
+def reproduce_commands(key: str, quick: bool) -> list[str]:
+    """Commands that rerun one section: alone in the report driver, and as its lab's demo."""
+    flag = " --quick" if quick else ""
+    return [
+        f".venv/bin/python tools/run_demo.py{flag} --only {key}",
+        f".venv/bin/python -m {key} demo{flag}",
+    ]
 
 
 def parse_only(only: str) -> list[str]:
@@ -153,7 +157,7 @@ def parse_only(only: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineArgumentParser(prog="tools/run_demo.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the fast variant of every lab")
     parser.add_argument("--out", type=Path, default=ROOT / "report", help="report folder")
     parser.add_argument("--only", default="", help="comma-separated section keys to run")
@@ -163,21 +167,23 @@ def main(argv: list[str] | None = None) -> int:
         only = parse_only(args.only)
     except ValueError as exc:  # before anything runs: a typo must not skip a lab silently
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    try:
+        report_dir = prepare_out_dir(args.out).resolve()
+    except OutputFolderError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
     console = Console()
     chosen = [s for s in SECTIONS if not only or s[0] in only]
-    report_dir: Path = args.out.resolve()
-    report_dir.mkdir(parents=True, exist_ok=True)
 
     sections: list[Section] = []
     started = time.perf_counter()
     for i, (key, title, module) in enumerate(chosen, 1):
         console.rule(f"[bold]{i}/{len(chosen)}  {title}")
-        sections.append(run_section(title, module, report_dir / key, args.quick))
-        s = sections[-1]
+        s = run_section(title, module, report_dir / key, args.quick)
+        s.reproduce = reproduce_commands(key, args.quick)
+        sections.append(s)
         colour = "green" if s.passed else "red"
-        failed = sum(not c.passed and not c.benchmark for c in s.checks)
         missed = [c.name for c in s.checks if c.benchmark and not c.passed]
-        console.print(f"[{colour}]{key}: {len(s.checks) - failed} passed, {failed} failed")
+        console.print(f"[{colour}]{key}: {count_checks([s])} ({s.seconds:.0f} s)")
         if missed:
             console.print(f"[yellow]benchmark targets missed (not failures): {'; '.join(missed)}")
 
@@ -187,20 +193,24 @@ def main(argv: list[str] | None = None) -> int:
         f"{time.perf_counter() - started:.0f} s"
     )
     title = "Phase 01 — framework internals: demo report"
-    (report_dir / "index.html").write_text(render_html(sections, report_dir, title, meta))
-    (report_dir / "summary.md").write_text(render_markdown(sections, report_dir, title, meta))
+    again = "`make demo`" if not args.quick else "`.venv/bin/python tools/run_demo.py --quick`"
+    page = render_html(sections, report_dir, title, meta, reproduce=again)
+    (report_dir / "index.html").write_text(page)
+    summary = render_markdown(sections, report_dir, title, meta, reproduce=again)
+    (report_dir / "summary.md").write_text(summary)
 
     table = RichTable(title="Demo summary")
     for col in ("section", "checks", "failed", "benchmark targets missed"):
         table.add_column(col)
-    for s in sections:
+    for (key, _, _), s in zip(chosen, sections, strict=True):  # keys: the table stays narrow
         failed = [c.name for c in s.checks if not c.passed and not c.benchmark]
         missed = [c.name for c in s.checks if not c.passed and c.benchmark]
         table.add_row(
-            s.title, str(len(s.checks)), ", ".join(failed) or "—", ", ".join(missed) or "—"
+            key, str(count_checks([s]).checks), "; ".join(failed) or "—", "; ".join(missed) or "—"
         )
     console.print(table)
-    console.print(f"Report: {report_dir / 'index.html'}  (and summary.md)")
+    console.print(str(count_checks(sections)), soft_wrap=True)  # the same words as the report's
+    console.print(f"Report: {report_dir / 'index.html'} (and summary.md)", soft_wrap=True)
     return 0 if all(s.passed for s in sections) else 1
 
 

@@ -1,5 +1,6 @@
 """The demo report's vocabulary: each lab returns a :class:`Section`; ``tools/run_demo.py``
-renders them all into ``report/index.html`` and ``report/summary.md``.
+renders them all (:mod:`phase01_common.render`) into ``report/index.html`` and
+``report/summary.md``.
 
 A lab's section builder has the signature::
 
@@ -12,13 +13,9 @@ the fast variant used by the report's own test. Every figure must be measured in
 from __future__ import annotations
 
 import cmath
-import html
 import math
 import numbers
-import os
-import re
 import time
-import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -118,10 +115,49 @@ class Section:
     # The section's 2-3 key figures as (label, value), shown in the report's opening block,
     # for example ("worst gradient error vs torch", "3e-14 (limit 1e-5)").
     headline: list[tuple[str, str]] = field(default_factory=list)
+    # Set by the report driver, not by labs: commands that rerun this section, and its time.
+    reproduce: list[str] = field(default_factory=list)
+    seconds: float | None = None
 
     @property
     def passed(self) -> bool:
         return all(c.passed for c in self.checks if not c.benchmark)
+
+
+@dataclass(frozen=True)
+class CheckCounts:
+    """Checks and benchmark targets counted once, so the console and the report agree."""
+
+    checks: int
+    failed: int
+    targets: int
+    targets_met: int
+
+    @property
+    def passed(self) -> int:
+        return self.checks - self.failed
+
+    def __str__(self) -> str:
+        text = (
+            f"all {self.checks} checks passed"
+            if self.failed == 0
+            else f"{self.failed} of {self.checks} checks failed"
+        )
+        if self.targets:
+            text += f"; {self.targets_met} of {self.targets} benchmark targets met"
+        return text
+
+
+def count_checks(sections: list[Section]) -> CheckCounts:
+    """Tests (``benchmark=False``) and speed targets (``benchmark=True``) counted apart."""
+    checks = [c for s in sections for c in s.checks if not c.benchmark]
+    targets = [c for s in sections for c in s.checks if c.benchmark]
+    return CheckCounts(
+        checks=len(checks),
+        failed=sum(not c.passed for c in checks),
+        targets=len(targets),
+        targets_met=sum(c.passed for c in targets),
+    )
 
 
 @contextmanager
@@ -134,7 +170,8 @@ def step(description: str) -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------------------------
-# Rendering: one HTML page (images beside it, no network) and a Markdown summary.
+# Text: numbers as shown, and a section as console text. The HTML page and the Markdown
+# summary are drawn by phase01_common.render.
 # --------------------------------------------------------------------------------------------
 
 
@@ -159,143 +196,10 @@ def nan_table_checks(section: Section) -> list[Check]:
     ]
 
 
-def _esc(text: object) -> str:
-    return html.escape(str(text))
-
-
-_CSS = """
-body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-h1{margin-bottom:.2em} h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}
-table{border-collapse:collapse;margin:.6em 0 1.2em} td,th{border:1px solid #ccc;padding:.25em .6em}
-th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums}
-.pass{color:#137333;font-weight:600} .fail{color:#c5221f;font-weight:600}
-.missed{color:#b06000;font-weight:600}
-figure{margin:1em 0} figure img{max-width:100%;border:1px solid #eee}
-figcaption{color:#555;font-size:.9em}
-pre{background:#f7f7f7;padding:.6em;white-space:pre-wrap;overflow-wrap:anywhere}
-"""
-
-
-def render_html(sections: list[Section], report_dir: Path, title: str, meta: str) -> str:
-    checks = [c for s in sections for c in s.checks if not c.benchmark]
-    targets = [c for s in sections for c in s.checks if c.benchmark]
-    failed = sum(not c.passed for c in checks)
-    verdict = (
-        f'<span class="pass">all {len(checks)} checks passed</span>'
-        if failed == 0
-        else f'<span class="fail">{failed} of {len(checks)} checks failed</span>'
-    )
-    if targets:
-        met = sum(c.passed for c in targets)
-        verdict += f"; {met} of {len(targets)} benchmark targets met"
-    out = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{_esc(title)}</h1><p>{_esc(meta)} — {verdict}</p><ul>",
-    ]
-    out += [
-        f"<li><a href='#s{i}'>{_esc(s.title)}</a> — "
-        + ("<span class='pass'>pass</span>" if s.passed else "<span class='fail'>FAIL</span>")
-        + "</li>"
-        for i, s in enumerate(sections)
-    ]
-    out.append("</ul>")
-    for i, s in enumerate(sections):
-        out.append(f"<h2 id='s{i}'>{_esc(s.title)}</h2>")
-        out.append("<table><tr><th>check</th><th>result</th><th>measured</th><th>detail</th></tr>")
-        for c in s.checks:
-            css = "pass" if c.passed else ("missed" if c.benchmark else "fail")
-            mark = f"<span class='{css}'>{c.status}</span>"
-            out.append(
-                f"<tr><td>{_esc(c.name)}</td><td>{mark}</td><td>{_esc(c.measured)}</td>"
-                f"<td>{_esc(c.detail)}</td></tr>"
-            )
-        out.append("</table>")
-        for t in s.tables:
-            out.append(f"<h3>{_esc(t.title)}</h3><table><tr>")
-            out += [f"<th>{_esc(col)}</th>" for col in t.columns]
-            out.append("</tr>")
-            for row in t.rows:
-                cells = "".join(
-                    f"<td class='num'>{_esc(format_value(v))}</td>"
-                    if isinstance(v, int | float) and not isinstance(v, bool)
-                    else f"<td>{_esc(format_value(v))}</td>"
-                    for v in row
-                )
-                out.append(f"<tr>{cells}</tr>")
-            out.append("</table>")
-        for img in s.images:
-            rel = image_href(img.path, report_dir)
-            out.append(
-                f"<figure><img src='{_esc(rel)}' alt='{_esc(img.caption)}'>"
-                f"<figcaption>{_esc(img.caption)}</figcaption></figure>"
-            )
-        for heading, body in s.texts:
-            out.append(f"<h3>{_esc(heading)}</h3><pre>{_esc(body)}</pre>")
-    out.append("</body></html>")
-    return "\n".join(out)
-
-
-def _md(text: object) -> str:
-    """Text for Markdown that GitHub would otherwise read as HTML: escape &, < and >."""
-    return html.escape(str(text), quote=False)
-
-
-def _fence(body: str) -> str:
-    """A backtick fence longer than any run of backticks in ``body``, so it cannot close early."""
-    longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
-    return "`" * max(3, longest + 1)
-
-
-def image_href(path: Path | str, report_dir: Path) -> str:
-    """The URL of an image as seen from the report folder, percent-encoded.
-
-    A file inside the report folder (directly, or through a link placed there) gets a relative
-    URL; anything else, which ``tools/run_demo.py`` copies in first, falls back to a file: URL
-    rather than failing the whole report.
-    """
-    path = Path(path)
-    report_dir = Path(report_dir)
-    for candidate, base in (
-        (path.resolve(), report_dir.resolve()),
-        (Path(os.path.abspath(path)), Path(os.path.abspath(report_dir))),
-    ):
-        if candidate.is_relative_to(base):
-            return urllib.parse.quote(candidate.relative_to(base).as_posix())
-    return path.resolve().as_uri()
-
-
-def render_markdown(sections: list[Section], report_dir: Path, title: str, meta: str) -> str:
-    def cell(v: object) -> str:
-        return _md(format_value(v)).replace("|", "\\|").replace("\n", " ")
-
-    lines = [f"# {_md(title)}", "", _md(meta), ""]
-    for s in sections:
-        lines += [f"## {_md(s.title)} — {'pass' if s.passed else 'FAIL'}", ""]
-        lines += ["| check | result | measured |", "|---|---|---|"]
-        lines += [
-            f"| {cell(c.name)} | {c.status if c.passed or c.benchmark else '**FAIL**'} "
-            f"| {cell(c.measured)} |"
-            for c in s.checks
-        ]
-        lines.append("")
-        for t in s.tables:
-            lines += [f"**{cell(t.title)}**", "", "| " + " | ".join(map(cell, t.columns)) + " |"]
-            lines.append("|" + "---|" * len(t.columns))
-            lines += ["| " + " | ".join(map(cell, row)) + " |" for row in t.rows]
-            lines.append("")
-        for img in s.images:
-            alt = re.sub(r"([\\\[\]])", r"\\\1", _md(img.caption).replace("\n", " "))
-            lines += [f"![{alt}]({image_href(img.path, report_dir)})", ""]
-        for heading, body in s.texts:
-            fence = _fence(body)
-            lines += [f"**{cell(heading)}**", "", fence, body, fence, ""]
-    return "\n".join(lines)
-
-
 def section_text(section: Section, max_rows: int = 12) -> str:
-    """A section as terminal text, for each lab's ``python -m <package>`` demo."""
+    """A section as terminal text, for each lab's ``python -m <package> demo``."""
     lines = [section.title]
+    lines += [f"  ▸ {label}: {value}" for label, value in section.headline]
     for c in section.checks:
         lines.append(
             f"  [{c.status}] {c.name}: {c.measured}" + (f" ({c.detail})" if c.detail else "")
@@ -308,6 +212,5 @@ def section_text(section: Section, max_rows: int = 12) -> str:
     for heading, body in section.texts:
         lines += ["", f"  {heading}", *("    " + line for line in body.splitlines())]
     lines += [f"  image: {img.path} ({img.caption})" for img in section.images]
-    failed = sum(not c.passed and not c.benchmark for c in section.checks)
-    lines.append(f"\n{len(section.checks) - failed}/{len(section.checks)} checks passed")
+    lines.append(f"\n{count_checks([section])}")
     return "\n".join(lines)

@@ -14,15 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from markdown_it import MarkdownIt
+from phase01_common.render import image_href, render_html, render_markdown
 from phase01_common.report import (
     Check,
     Image,
     Section,
     Table,
-    image_href,
     nan_table_checks,
-    render_html,
-    render_markdown,
 )
 from PIL import Image as PILImage
 
