@@ -147,7 +147,7 @@ def _transformer(out_dir: Path) -> tuple[list[Check], Table, Image]:
     table = Table(
         f"Char-level Transformer: d_model {cfg['d_model']}, {cfg['n_head']} heads, "
         f"{cfg['n_layer']} layers, context {cfg['block']}, batch {cfg['batch']}, Adam lr "
-        f"{cfg['lr']}, float64, text: HITCHHIKERS-GUIDE.md ({ours.n_params:,} parameters)",
+        f"{cfg['lr']}, float64, text: data/autodiff_notes.txt ({ours.n_params:,} parameters)",
         ["library", "first loss", "last loss", "time s (50 steps)"],
         [
             ["minigrad", ours.losses[0], ours.losses[-1], ours.seconds],

@@ -4,7 +4,8 @@ torch from the same initial weights: the loss curves must agree within 1e-5 rela
 One model definition serves both libraries (``build_model(lib)``): minigrad has torch's names
 for everything it uses (nn.Embedding, nn.LayerNorm, nn.GELU, nn.Dropout, nn.ModuleList, split,
 transpose, reshape, F.scaled_dot_product_attention(is_causal=True), optim.Adam). The text is
-this lab's HITCHHIKERS-GUIDE.md; float64, dropout 0, so the curves can be compared tightly.
+a fixed note shipped with the harness (data/autodiff_notes.txt); float64, dropout 0, so the
+curves can be compared tightly.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 
 from minigrad_harness.digits_mlp import single_threaded
 
-TEXT = Path(__file__).resolve().parent.parent / "HITCHHIKERS-GUIDE.md"
+TEXT = Path(__file__).resolve().parent / "data" / "autodiff_notes.txt"
 CONFIG = dict(d_model=32, n_head=4, n_layer=2, block=32, batch=8, steps=50, lr=3e-3, seed=0)
 
 
