@@ -203,13 +203,17 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from threadpoolctl import threadpool_limits
 
+    prev_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     budget = 1.0 if args.quick else 6.0
-    with threadpool_limits(args.threads):
-        rows = [
-            bench_size(64, 128, budget_s=budget, max_rounds=500, block=10),
-            bench_size(1024, 1024, budget_s=budget * 2, max_rounds=20, block=2),
-        ]
+    try:
+        with threadpool_limits(args.threads):
+            rows = [
+                bench_size(64, 128, budget_s=budget, max_rounds=500, block=10),
+                bench_size(1024, 1024, budget_s=budget * 2, max_rounds=20, block=2),
+            ]
+    finally:
+        torch.set_num_threads(prev_threads)
     _print_table(rows, args.threads)
     if args.out is not None:
         result = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tempfile
 import warnings
 from pathlib import Path
@@ -70,3 +71,25 @@ def test_linear_with_no_inputs_works_like_torch():
     y.sum().backward()
     np.testing.assert_array_equal(ours.bias.grad.data, [2.0, 2.0, 2.0])
     assert ours.weight.grad.shape == (3, 0)
+
+
+def test_bench_writes_results_only_where_asked(tmp_path, monkeypatch, capsys):
+    from minigrad_harness import bench
+
+    calls = []
+
+    def fake_bench_size(batch, hidden, **kwargs):
+        calls.append((batch, hidden))
+        return bench.BenchRow(batch, hidden, 2.0, 1.0, 4.0)
+
+    monkeypatch.setattr(bench, "bench_size", fake_bench_size)
+    monkeypatch.chdir(tmp_path)
+    assert minigrad_main(["bench", "--quick"]) == 0
+    assert calls == [(64, 128), (1024, 1024)]
+    assert "2.00x" in capsys.readouterr().out and not list(tmp_path.iterdir())
+    out = tmp_path / "r.json"
+    assert minigrad_main(["bench", "--quick", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["rows"][0]["minigrad_over_numpy"] == 2.0
+    with pytest.raises(SystemExit) as exc:
+        minigrad_main(["bench", "--out", str(tmp_path)])  # a folder, not a file
+    assert exc.value.code == 2
