@@ -93,3 +93,11 @@ def test_bench_writes_results_only_where_asked(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         minigrad_main(["bench", "--out", str(tmp_path)])  # a folder, not a file
     assert exc.value.code == 2
+
+
+def test_explain_runs_the_guides_demos_and_refuses_unknown_names(capsys):
+    assert minigrad_main(["explain", "why-topo", "cycle"]) == 0
+    out = capsys.readouterr().out
+    assert "262,143 backward calls" in out and "the graph has a cycle" in out
+    assert minigrad_main(["explain", "nope"]) == 2
+    assert "unknown demo" in capsys.readouterr().err
