@@ -25,6 +25,10 @@ from inference_pipeline.generation.requests import GenerationRequest, RequestHan
 from inference_pipeline.generation.runtime import StepFunction, empty_past
 from inference_pipeline.generation.sampling import sample_next
 
+# Re-gather the decode batch from the blocks once its kept past is this many slots wider than
+# its longest sequence (holes and padding cost attention work; a gather costs two copies).
+REGATHER_SLACK = 16
+
 
 class QueueFull(RuntimeError):
     """The engine's waiting queue is at its limit (a server answers 429/503)."""
@@ -41,6 +45,7 @@ class EngineStats:
     prefill_passes: int = 0
     generated_tokens: int = 0
     prefill_tokens: int = 0
+    gathers: int = 0  # dense pasts rebuilt from the blocks
 
 
 class _Engine:
@@ -126,6 +131,9 @@ class ContinuousBatchingEngine(_Engine):
         self.prefill_chunk = prefill_chunk
         self.running: list[_Sequence] = []
         self._blocked: RequestHandle | None = None  # head of the queue waiting for blocks
+        self._slots: list[int | None] = []  # sequence id of each row of the kept decode batch
+        self._dense_past: list[np.ndarray] = []
+        self._dense_mask = np.zeros((0, 0), dtype=np.int64)
 
     def has_work(self) -> bool:
         return bool(self.running or self._blocked or self.queue_depth())
@@ -172,34 +180,90 @@ class ContinuousBatchingEngine(_Engine):
         self.running = keep
 
     def _run(self, seqs: list[_Sequence], rows: list[list[int]]) -> np.ndarray:
-        """One pass: row i feeds tokens rows[i] after seqs[i]'s cached ones; returns the logits
-        [B, T, V] and stores the new keys/values in each sequence's blocks."""
+        """Prefill pass: row i feeds tokens rows[i] after seqs[i]'s cached ones (a dense past
+        gathered from the blocks); stores the new keys/values in the blocks; returns logits."""
         ids = [s.handle.id for s in seqs]
         past, lengths = self.cache.gather(ids)
-        longest_past, new = past[0].shape[2], max(len(r) for r in rows)
+        width, new = past[0].shape[2], max(len(r) for r in rows)
         tokens = np.zeros((len(rows), new), dtype=np.int64)
         positions = np.zeros((len(rows), new), dtype=np.int64)
-        mask = np.zeros((len(rows), longest_past + new), dtype=np.int64)
+        mask = np.zeros((len(rows), width + new), dtype=np.int64)
+        mask[:, :width] = np.arange(width) < lengths[:, None]
         for i, row in enumerate(rows):
             tokens[i, : len(row)] = row
             positions[i] = lengths[i] + np.minimum(np.arange(new), len(row) - 1)
-            mask[i, : lengths[i]] = 1
-            mask[i, longest_past : longest_past + len(row)] = 1
+            mask[i, width : width + len(row)] = 1
         logits, present = self.step_fn(tokens, positions, mask, past)
-        # Only the new tokens' keys/values go back to the blocks: [L, B, H, T, D].
-        new_k = np.stack([k[:, :, longest_past:] for k in present[0::2]])
-        new_v = np.stack([v[:, :, longest_past:] for v in present[1::2]])
-        for i, row in enumerate(rows):
-            self.cache.append(ids[i], new_k[:, i, :, : len(row)], new_v[:, i, :, : len(row)])
+        self._store(ids, present, width, [len(r) for r in rows])
         return logits
+
+    def _store(self, ids: list[int | None], present, width: int, counts: list[int]) -> None:
+        """Copy the new tokens' keys/values (after slot ``width``) into each sequence's blocks."""
+        new_k = np.stack([k[:, :, width:] for k in present[0::2]])  # [L, B, H, T, D]
+        new_v = np.stack([v[:, :, width:] for v in present[1::2]])
+        for i, seq_id in enumerate(ids):
+            if seq_id is not None:
+                self.cache.append(seq_id, new_k[:, i, :, : counts[i]], new_v[:, i, :, : counts[i]])
+
+    def _dense_batch(self, ids: list[int]) -> None:
+        """Make the kept dense decode batch hold exactly ``ids``.
+
+        The blocks are the source of truth; gathering all of them costs two copies of the
+        batch's whole cache, so between passes the previous pass's present keys/values are kept
+        as the next past. A request that leaves becomes a masked hole; one that joins is copied
+        from its blocks into a hole; everything is re-gathered only when no hole is free or the
+        kept width has grown ``REGATHER_SLACK`` beyond the longest sequence."""
+        wanted = set(ids)
+        self._slots = [s if s in wanted else None for s in self._slots]
+        self._dense_mask[[s is None for s in self._slots]] = 0
+        joining = [i for i in ids if i not in self._slots]
+        holes = [row for row, s in enumerate(self._slots) if s is None]
+        width = self._dense_past[0].shape[2] if self._dense_past else 0
+        longest = max(self.cache.lengths[i] for i in ids)
+        if len(joining) > len(holes) or longest > width or width > longest + REGATHER_SLACK:
+            self._dense_past, lengths = self.cache.gather(ids)
+            self._dense_past = [np.array(p) for p in self._dense_past]  # own it (buffers reused)
+            self._slots = list(ids)
+            self._dense_mask = (np.arange(self._dense_past[0].shape[2]) < lengths[:, None]).astype(
+                np.int64
+            )
+            self.stats.gathers += 1
+            return
+        for seq_id, row in zip(joining, holes, strict=False):
+            past, lengths = self.cache.gather([seq_id])
+            n = int(lengths[0])
+            for dense, part in zip(self._dense_past, past, strict=True):
+                dense[row, :, :n] = part[0, :, :n]
+            self._dense_mask[row] = np.arange(width) < n
+            self._slots[row] = seq_id
 
     def _decode(self, seqs: list[_Sequence]) -> None:
         if not seqs:
             return
-        logits = self._run(seqs, [[s.handle.tokens[-1]] for s in seqs])
+        by_id = {s.handle.id: s for s in seqs}
+        self._dense_batch(list(by_id))
+        rows = len(self._slots)
+        width = self._dense_past[0].shape[2]
+        tokens = np.zeros((rows, 1), dtype=np.int64)
+        positions = np.zeros((rows, 1), dtype=np.int64)
+        live = np.array([s is not None for s in self._slots])
+        for row, seq_id in enumerate(self._slots):
+            if seq_id is not None:
+                tokens[row, 0] = by_id[seq_id].handle.tokens[-1]
+                positions[row, 0] = self.cache.lengths[seq_id]
+        mask = np.concatenate([self._dense_mask, live[:, None].astype(np.int64)], axis=1)
+        logits, present = self.step_fn(tokens, positions, mask, self._dense_past)
+        rows_live = [row for row, seq_id in enumerate(self._slots) if seq_id is not None]
+        self.cache.append_one_each(
+            [self._slots[row] for row in rows_live],
+            np.stack([k[rows_live, :, width] for k in present[0::2]]),
+            np.stack([v[rows_live, :, width] for v in present[1::2]]),
+        )
+        self._dense_past, self._dense_mask = present, mask
         self.stats.decode_passes += 1
-        for i, seq in enumerate(seqs):
-            self._emit(seq.handle, logits[i, 0])
+        for row, seq_id in enumerate(self._slots):
+            if seq_id is not None:
+                self._emit(by_id[seq_id].handle, logits[row, 0])
 
     def _prefill(self, seqs: list[_Sequence]) -> None:
         budget, chosen, rows = self.prefill_chunk, [], []

@@ -117,12 +117,30 @@ class PagedKVCache:
         blocks = self._buffer(
             kind, "blocks", (c.n_layer, batch, width, c.n_head, self.block_size, c.head_dim)
         )
-        np.take(pool, table, axis=1, out=blocks)
+        np.take(pool, table, axis=1, out=blocks, mode="clip")  # "raise" would buffer a copy
         dense = self._buffer(
             kind, "dense", (c.n_layer, batch, c.n_head, width, self.block_size, c.head_dim)
         )
         np.copyto(dense, blocks.transpose(0, 1, 3, 2, 4, 5))
         return dense.reshape(c.n_layer, batch, c.n_head, width * self.block_size, c.head_dim)
+
+    def append_one_each(self, seq_ids: list[int], keys: np.ndarray, values: np.ndarray) -> None:
+        """Decode's write: one new token per sequence, keys/values [L, B, H, D], in one
+        scattered assignment instead of one per sequence."""
+        blocks, offsets = [], []
+        for seq_id in seq_ids:
+            position = self.lengths[seq_id]
+            table = self.tables[seq_id]
+            if position >= len(table) * self.block_size:
+                raise OutOfBlocks(
+                    f"sequence {seq_id}: {position + 1} tokens exceed its reservation"
+                )
+            blocks.append(table[position // self.block_size])
+            offsets.append(position % self.block_size)
+            self.lengths[seq_id] = position + 1
+        # pool[:, blocks, :, offsets] has shape [B, L, H, D] (advanced indices first).
+        self.keys[:, blocks, :, offsets] = keys.transpose(1, 0, 2, 3)
+        self.values[:, blocks, :, offsets] = values.transpose(1, 0, 2, 3)
 
     def gather(self, seq_ids: list[int]) -> tuple[list[np.ndarray], np.ndarray]:
         """Dense past for a batch: 2*L arrays [B, H, P, D], P the longest cached length rounded

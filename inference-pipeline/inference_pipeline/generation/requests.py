@@ -75,6 +75,14 @@ class RequestHandle:
         """Record a token, stream what is safe to stream; True when the request is finished."""
         self.tokens.append(token)
         self.token_times.append(time.perf_counter())
+        if not self.request.stop:  # fast path: every byte is final as soon as it exists
+            self._emitted += 1
+            self.output.append(token)
+            self.chunks.put(Chunk(bytes((token,))))
+            if len(self.tokens) >= self.request.max_new_tokens:
+                self.finish("length")
+                return True
+            return False
         text = bytes(self.tokens)
         for stop in self.request.stop:
             at = text.find(stop, max(0, self._emitted - len(stop) + 1))
