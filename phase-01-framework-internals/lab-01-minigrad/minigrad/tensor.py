@@ -464,6 +464,19 @@ class Tensor(InPlaceOps):
             return Tensor._wrap(self.data.astype(dtype))
         return ops.Cast.apply(self, dtype)
 
+    def contiguous(self) -> Tensor:
+        """NumPy copies where it must (a reshape of a transpose), so every tensor is usable as
+        is; returned unchanged, as torch does for a contiguous tensor."""
+        return self
+
+    def t(self) -> Tensor:
+        if self.ndim > 2:
+            raise ValueError(f"t() expects a tensor with <= 2 dimensions, got shape {self.shape}")
+        return self.T
+
+    def square(self) -> Tensor:
+        return ops.Mul.apply(self, self)
+
     def clone(self) -> Tensor:
         return ops.Cast.apply(self, self.dtype)
 

@@ -244,3 +244,18 @@ def test_squeeze_min_and_tensor_methods_like_torch():
         ours, theirs = fn(minigrad.tensor(a)), fn(torch.tensor(a))
         assert ours.shape == tuple(theirs.shape)
         np.testing.assert_array_equal(ours.data, theirs.numpy())
+
+
+def test_small_torch_conveniences():
+    a = np.arange(6.0).reshape(2, 3)
+    for fn in (lambda t: t.t(), lambda t: t.T.contiguous(), lambda t: t.square()):
+        np.testing.assert_array_equal(fn(minigrad.tensor(a)).data, fn(torch.tensor(a)).numpy())
+    ours = minigrad.nn.Sequential(minigrad.nn.Linear(3, 2), minigrad.nn.ReLU())
+    theirs = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU())
+    assert [type(m).__name__ for m in ours.modules()] == [
+        type(m).__name__ for m in theirs.modules()
+    ]
+    assert len(list(ours.children())) == len(list(theirs.children())) == 2
+    weight = ours[0].weight
+    assert ours.double() is ours and weight.dtype == np.float64 and ours[0].weight is weight
+    assert ours(minigrad.tensor(a)).dtype == np.float64

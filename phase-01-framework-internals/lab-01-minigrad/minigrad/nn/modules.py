@@ -109,6 +109,27 @@ class Module:
     def eval(self) -> Module:
         return self.train(False)
 
+    def children(self) -> Iterator[Module]:
+        yield from self._modules.values()
+
+    def modules(self) -> Iterator[Module]:
+        yield self
+        for m in self._modules.values():
+            yield from m.modules()
+
+    def to(self, dtype: Any) -> Module:
+        """Cast every parameter in place (same Parameter objects, new data), as torch."""
+        for p in self.parameters():
+            p.data = p.data.astype(dtype)
+            p._vc[0] += 1
+        return self
+
+    def double(self) -> Module:
+        return self.to(np.float64)
+
+    def float(self) -> Module:
+        return self.to(np.float32)
+
     def state_dict(self) -> OrderedDict[str, np.ndarray]:
         # Every name, shared parameters included (torch's state_dict keeps both keys too).
         return OrderedDict(
