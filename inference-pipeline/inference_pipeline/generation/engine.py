@@ -297,6 +297,7 @@ class StaticBatchingEngine(_Engine):
         self.batch_size = batch_size
         self.max_wait_s = max_wait_s
         self.draining = False  # set when no more requests will come: run a partial batch
+        self.peak_width = 0  # longest dense cache a batch reached (slots per row)
 
     def has_work(self) -> bool:
         return bool(self.queue_depth())
@@ -339,6 +340,7 @@ class StaticBatchingEngine(_Engine):
                 if not handle.done:
                     self._emit(handle, last[i])
             if all(h.done for h in handles):
+                self.peak_width = max(self.peak_width, mask.shape[1])
                 return
             # Every row runs, finished or not: the batch is as long as its longest request.
             feed = np.array([[h.tokens[-1] if h.tokens else 0] for h in handles], dtype=np.int64)

@@ -36,6 +36,7 @@ class PagedKVCache:
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() gives low ids first
         self.tables: dict[int, list[int]] = {}
         self.lengths: dict[int, int] = {}
+        self.peak_used_blocks = 0
         # Reused gather buffers: a fresh multi-MB array per step costs more in page faults than
         # the copy itself. Views into them are valid until the next gather.
         self._buffers: dict[tuple[int, str], np.ndarray] = {}
@@ -67,6 +68,7 @@ class PagedKVCache:
                 f"sequence {seq_id} needs {missing} more blocks, {len(self._free)} free"
             )
         table.extend(self._free.pop() for _ in range(max(0, missing)))
+        self.peak_used_blocks = max(self.peak_used_blocks, self.num_blocks - len(self._free))
 
     def release(self, seq_id: int) -> int:
         """Return the sequence's blocks to the pool; returns how many were freed."""
