@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -305,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     settings = bench_settings(args.quick, ray=not args.no_ray)
+    # SIGTERM unwinds like Ctrl-C, so the servers this bench started are stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = run_bench(repository, settings)
     from inference_pipeline_harness.serving_report import write_outputs
 

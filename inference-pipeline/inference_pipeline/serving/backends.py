@@ -42,6 +42,10 @@ class OnnxRuntimeBackend:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
+        # ORT's idle intra-op threads spin by default, taking the CPU the event loop needs to
+        # parse the next requests while a batch is assembled; on this 2-core machine turning
+        # it off raised the served throughput 2-3x at concurrency 16 (batched and not)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(
                 str(path), options, providers=["CPUExecutionProvider"]
