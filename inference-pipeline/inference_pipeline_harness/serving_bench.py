@@ -222,7 +222,6 @@ def batcher_overhead(folder: Path, texts: list[str], threads: int) -> dict:
 
 def ray_comparison(folder: Path, model: str, texts: list[str], ours_url: str, s: BenchSettings):
     """Ray Serve (1 replica, same batch settings) vs this server at concurrency 16."""
-    import signal
     import subprocess
 
     port = free_port()
