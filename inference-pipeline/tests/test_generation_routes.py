@@ -16,7 +16,14 @@ import uvicorn
 from fastapi import FastAPI
 from inference_pipeline.generation.engine import ContinuousBatchingEngine
 from inference_pipeline.generation.model import GPTConfig
-from inference_pipeline.generation.routes import REQUESTS, GenerationService, attach
+from inference_pipeline.generation.routes import (
+    GENERATION_REGISTRY,
+    REQUESTS,
+    TOKENS,
+    GenerationService,
+    attach,
+)
+from prometheus_client import generate_latest
 
 
 class SlowCountingStep:
@@ -157,3 +164,13 @@ def test_client_disconnect_cancels_and_frees_blocks(server) -> None:
     cache.check()
     # it ended because the client left, not because it ran out of tokens
     assert REQUESTS.labels("cancelled")._value.get() == cancelled_before + 1
+
+
+def test_metrics_count_tokens_and_latencies(server) -> None:
+    port, _ = server
+    before = TOKENS._value.get()
+    events = sse_events(post(port, "/v2/models/bbc_gpt/generate_stream", {"text_input": "a"}))
+    assert events[-1]["finish_reason"] == "length"
+    assert TOKENS._value.get() == before + 64  # max_tokens defaults to 64
+    text = generate_latest(GENERATION_REGISTRY).decode()
+    assert "generation_inter_token_seconds_count" in text and "generation_queue_depth" in text

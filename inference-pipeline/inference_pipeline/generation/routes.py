@@ -22,7 +22,7 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from inference_pipeline.generation.engine import (
     ContinuousBatchingEngine,
@@ -36,15 +36,26 @@ from inference_pipeline.generation.sampling import SamplingParams
 
 router = APIRouter()
 
-REQUESTS = Counter("generation_requests_total", "Generation requests by outcome", ["outcome"])
-TOKENS = Counter("generation_tokens_total", "Tokens generated")
-TTFT = Histogram("generation_time_to_first_token_seconds", "Submit to first token")
+# Our own registry: a server exposes it beside its own, e.g.
+# generate_latest(server_registry) + generate_latest(GENERATION_REGISTRY).
+GENERATION_REGISTRY = CollectorRegistry()
+REQUESTS = Counter(
+    "generation_requests_total", "Generation requests by outcome", ["outcome"],
+    registry=GENERATION_REGISTRY,
+)  # fmt: skip
+TOKENS = Counter("generation_tokens_total", "Tokens generated", registry=GENERATION_REGISTRY)
+TTFT = Histogram(
+    "generation_time_to_first_token_seconds", "Submit to first token",
+    registry=GENERATION_REGISTRY,
+)  # fmt: skip
 INTER_TOKEN = Histogram(
-    "generation_inter_token_seconds",
-    "Gap between tokens",
-    buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0),
+    "generation_inter_token_seconds", "Gap between tokens",
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0),
+    registry=GENERATION_REGISTRY,
+)  # fmt: skip
+QUEUE_DEPTH = Gauge(
+    "generation_queue_depth", "Requests waiting for a batch slot", registry=GENERATION_REGISTRY
 )
-QUEUE_DEPTH = Gauge("generation_queue_depth", "Requests waiting for a batch slot")
 
 
 class GenerationService:
