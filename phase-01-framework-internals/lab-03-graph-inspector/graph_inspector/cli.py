@@ -89,6 +89,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("savedmodel_dir")
 
+    p = sub.add_parser(
+        "quant-debug", help="int8 layer by layer: which layer breaks, and keeping it in float"
+    )
+    p.add_argument("savedmodel_dir")
+    p.add_argument("--signature", default="serving_default", help="signature key")
+    p.add_argument(
+        "--samples", type=_positive_int, default=100, help="calibration samples (random inputs)"
+    )
+    p.add_argument(
+        "--deny",
+        type=_positive_int,
+        default=1,
+        metavar="K",
+        help="keep the K worst layers and the layers reading them in float",
+    )
+
     p = sub.add_parser("demo", help="the lab's main job: graph report, retracing, BERT to TFLite")
     p.add_argument("--quick", action="store_true", help="the fast variant (shorter training)")
     p.add_argument("--out", metavar="DIR", default="graph_inspector_demo", help="output folder")
@@ -113,6 +129,7 @@ def main(argv: list[str] | None = None, harness: dict[str, Handler] | None = Non
         "inspect": cmd_inspect,
         "convert": cmd_convert,
         "signatures": cmd_signatures,
+        "quant-debug": cmd_quant_debug,
         **(harness or {}),
     }
     try:
@@ -383,3 +400,51 @@ def native_stderr_captured() -> Iterator[_CapturedLog]:
         os.close(handle)
         if not os.environ.get("GRAPH_INSPECTOR_DEBUG"):
             os.unlink(path)
+
+
+def cmd_quant_debug(args: argparse.Namespace) -> int:
+    folder = _checked_savedmodel(args.savedmodel_dir)
+    import numpy as np
+
+    from graph_inspector.quant_debug import deny_list, layer_errors, selective_int8
+    from graph_inspector.savedmodel import load_serving_fn, probe_inputs_from_signature
+    from graph_inspector.tflite import (
+        TFLiteModel,
+        convert_savedmodel_to_tflite,
+        representative_from,
+    )
+
+    with native_stderr_captured():
+        try:
+            reference = load_serving_fn(folder, args.signature)
+        except NotASavedModelError as exc:
+            raise CliError(str(exc)) from exc
+        inputs = probe_inputs_from_signature(reference.signature, batch=args.samples)
+        calibration = representative_from(inputs)
+        layers = layer_errors(folder, calibration, args.signature)
+        int8 = convert_savedmodel_to_tflite(folder, "int8", args.signature, calibration)
+        deny = deny_list(int8, layers, args.deny)
+        models = {
+            "int8": int8,
+            f"int8 with {', '.join(deny)} in float": selective_int8(
+                folder, calibration, deny, args.signature
+            ),
+        }
+        expected = reference(inputs)
+        scores = {}
+        for name, content in models.items():
+            got = TFLiteModel(content, args.signature).predict_outputs(inputs)
+            scores[name] = max(
+                float(np.linalg.norm(got[k] - v) / max(np.linalg.norm(v), 1e-12))
+                for k, v in expected.items()
+            )
+    print(f"int8 layer errors of {folder} ({args.samples} random samples), worst first:")
+    print(f"  {'layer output':<40}{'op':<18}{'MSE':>12}{'RMSE/step':>11}")
+    for layer in layers:
+        print(
+            f"  {layer.tensor[:39]:<40}{layer.op[:17]:<18}{layer.mean_squared_error:>12.4g}"
+            f"{layer.rmse_over_scale:>11.3f}"
+        )
+    for name, rel in scores.items():
+        print(f"{name}: relative error vs TensorFlow {rel:.3g}")
+    return 0

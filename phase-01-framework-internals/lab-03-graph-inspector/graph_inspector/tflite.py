@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -43,25 +43,56 @@ __all__ = [
     "validate_tflite",
 ]
 
-Quantization = Literal["float32", "dynamic_range"]
+Quantization = Literal["float32", "dynamic_range", "float16", "int8", "int16x8"]
+# What `convert` writes by default; the other modes are asked for by name.
 QUANTIZATIONS: tuple[Quantization, ...] = ("float32", "dynamic_range")
+ALL_QUANTIZATIONS: tuple[Quantization, ...] = (
+    "float32",
+    "dynamic_range",
+    "float16",
+    "int8",
+    "int16x8",
+)
+# Modes that calibrate activation ranges on a representative dataset.
+NEEDS_REPRESENTATIVE = ("int8", "int16x8")
 
 # Agreement with TensorFlow, as relative L2 error of the outputs on the probe inputs.
 # float32 TFLite differs only by kernel summation order (~1e-6 relative). Dynamic-range keeps
 # int8 weights and quantizes activations on the fly: a few percent is normal, garbage is ~1.
 # Measured: 1.6e-3 to 2.3e-3 on the BERT classifier (PIPELINE-NOTES.md), 6.6e-3 on a small model;
 # 0.05 leaves an order of magnitude and still catches a conversion that moves outputs by ~10%.
-MAX_REL_ERROR: dict[str, float] = {"float32": 1e-4, "dynamic_range": 0.05}
+# float16 weights: 8e-5 on the BERT classifier; full integer (int8 activations): 1.6e-2 on BERT,
+# 8.9e-2 with int16 activations on a model with an outlier unit (quant_scenarios.py); garbage
+# is ~1 (int8 activations on that model: 0.94).
+MAX_REL_ERROR: dict[str, float] = {
+    "float32": 1e-4,
+    "dynamic_range": 0.05,
+    "float16": 0.01,
+    "int8": 0.1,
+    "int16x8": 0.1,
+}
 FLOAT32_MAX_REL_ERROR = MAX_REL_ERROR["float32"]
 DYNAMIC_RANGE_MAX_REL_ERROR = MAX_REL_ERROR["dynamic_range"]
 # Classifier outputs (by name) must also pick the same class on most probes.
 DEFAULT_ARGMAX_OUTPUTS = ("logits",)
-MIN_ARGMAX_AGREEMENT = {"float32": 0.99, "dynamic_range": 0.9}
+MIN_ARGMAX_AGREEMENT = {
+    "float32": 0.99,
+    "dynamic_range": 0.9,
+    "float16": 0.99,
+    "int8": 0.9,
+    "int16x8": 0.9,
+}
 # The file must be able to hold the weights: float32 keeps 4 bytes per parameter, dynamic-range
 # 1 (int8) for most of them. Constant folding may drop weights the signature never reads (rows
 # of the position table beyond its sequence length: ~4% for BERT-tiny at 16 tokens), hence the
 # margin. A model whose weights were not frozen in is far smaller (0.3% in the trap).
-MIN_SIZE_FRACTION = {"float32": 0.5, "dynamic_range": 0.15}
+MIN_SIZE_FRACTION = {
+    "float32": 0.5,
+    "dynamic_range": 0.15,
+    "float16": 0.3,  # 2 bytes per weight
+    "int8": 0.15,
+    "int16x8": 0.15,
+}
 
 
 @dataclass
@@ -166,32 +197,71 @@ def convert_savedmodel_to_tflite(
     savedmodel_dir: str | Path,
     quantization: Quantization = "float32",
     signature_key: str = SERVING_KEY,
+    representative: Callable[[], Any] | None = None,
 ) -> bytes:
-    """Convert one signature of a SavedModel; converter failures become :class:`ConversionError`."""
-    return _convert(check_savedmodel_dir(savedmodel_dir), quantization, signature_key)
+    """Convert one signature of a SavedModel; converter failures become :class:`ConversionError`.
+
+    ``representative`` (``int8``, ``int16x8``): a callable yielding lists of input arrays, one
+    sample each, for calibration (see ``quant_debug.representative_from``)."""
+    folder = check_savedmodel_dir(savedmodel_dir)
+    return _convert(folder, quantization, signature_key, representative)
 
 
-def _convert(folder: Path, quantization: str, signature_key: str) -> bytes:
+def _setup(converter: Any, quantization: str, representative: Callable[[], Any] | None) -> None:
+    """The converter settings of each mode."""
+    import tensorflow as tf
+
+    if quantization == "float32":
+        return
+    # Optimize.DEFAULT alone = dynamic range: int8 weights, activations quantized per call.
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantization == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    elif quantization in NEEDS_REPRESENTATIVE:
+        if representative is None:
+            raise ValueError(f"{quantization} needs a representative dataset")
+        converter.representative_dataset = representative
+        kernels = {
+            "int8": tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
+            "int16x8": tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8,
+        }[quantization]
+        # Quantized kernels where they exist; an op without one stays float instead of failing.
+        converter.target_spec.supported_ops = [kernels, tf.lite.OpsSet.TFLITE_BUILTINS]
+
+
+def _convert(
+    folder: Path,
+    quantization: str,
+    signature_key: str,
+    representative: Callable[[], Any] | None = None,
+) -> bytes:
     """The conversion itself, for a folder already checked."""
     import tensorflow as tf
 
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
+    if quantization not in ALL_QUANTIZATIONS:
+        raise ValueError(f"quantization must be one of {ALL_QUANTIZATIONS}, got {quantization!r}")
     try:
         converter = tf.lite.TFLiteConverter.from_saved_model(
             str(folder), signature_keys=[signature_key]
         )
-        if quantization == "dynamic_range":
-            # Optimize.DEFAULT with no representative dataset = dynamic-range quantization:
-            # weights stored int8, activations quantized per inference, outputs stay float.
-            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        _setup(converter, quantization, representative)
         return converter.convert()
+    except ValueError as exc:
+        if "representative" in str(exc) and representative is None:
+            raise
+        raise _conversion_error(folder, quantization, signature_key, exc) from exc
     except Exception as exc:  # the converter raises many types; one clear error for callers
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConversionError(
-            f"TFLite {quantization} conversion of {folder} "
-            f"(signature {signature_key!r}) failed: {first_line}"
-        ) from exc
+        raise _conversion_error(folder, quantization, signature_key, exc) from exc
+
+
+def _conversion_error(
+    folder: Path, quantization: str, signature_key: str, exc: BaseException
+) -> ConversionError:
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ConversionError(
+        f"TFLite {quantization} conversion of {folder} (signature {signature_key!r}) failed: "
+        f"{first_line}"
+    )
 
 
 # Kept for callers of the earlier name: the one folder check lives in savedmodel.py.
@@ -330,6 +400,21 @@ def _resource_variable_hint(resource_ops: int) -> str:
     )
 
 
+def representative_from(
+    inputs: Mapping[str, np.ndarray], samples: int | None = None
+) -> Callable[[], Any]:
+    """Inputs as a representative dataset (calibration, the quantization debugger): one sample
+    per step, arrays in the signature's (sorted) input order."""
+    names = sorted(inputs)
+    count = len(inputs[names[0]]) if samples is None else min(samples, len(inputs[names[0]]))
+
+    def rows() -> Any:
+        for i in range(count):
+            yield [np.asarray(inputs[name][i : i + 1]) for name in names]
+
+    return rows
+
+
 # --- SavedModel -> validated TFLite files ---------------------------------------------------
 
 
@@ -387,7 +472,7 @@ def convert_savedmodel(
     seconds: dict[str, float] = {}
     for quantization in quantizations:
         start = time.perf_counter()
-        content = _convert(folder, quantization, signature_key)
+        content = _convert(folder, quantization, signature_key, representative_from(probe_inputs))
         seconds[quantization] = time.perf_counter() - start
         validations[quantization] = validate_tflite(
             TFLiteModel(content, signature_key),

@@ -78,6 +78,11 @@ def build_section(out_dir: Path, quick: bool) -> Section:
         _concepts_part(section, out_dir)
     timed("TF1 / SavedModel concepts", start)
 
+    start = time.perf_counter()
+    with step("every TFLite mode, and the quantization debugger, on a planted outlier"):
+        _quantization_part(section, out_dir)
+    timed("TFLite modes / quantization debugger", start)
+
     if not quick:
         start = time.perf_counter()
         with step("XLA and MLIR op counts"):
@@ -357,6 +362,58 @@ def _concepts_part(section: Section, out_dir: Path) -> None:
         (
             "python -m graph_inspector signatures (a moved SavedModel)",
             describe_savedmodel(moved).text(),
+        )
+    )
+
+
+# --- TFLite modes and the quantization debugger ------------------------------------------------
+
+
+def _quantization_part(section: Section, out_dir: Path) -> None:
+    from graph_inspector.units import human_bytes
+
+    from graph_inspector_harness.quant_scenarios import (
+        compare_modes,
+        make_outlier_model,
+        plot_modes,
+    )
+
+    model = make_outlier_model(out_dir / "outlier_savedmodel")
+    results = compare_modes(model)
+    section.tables.append(
+        Table(
+            "TFLite modes on a classifier with one outlier unit (the float function is unchanged; "
+            "int8 activations are not): agreement with float32 on 1,000 inputs",
+            ["mode", "size", "batch-1 µs", "agreement %", "max |logit err|", "rel err", "gate"],
+            [
+                [
+                    r.mode,
+                    human_bytes(r.size_bytes),
+                    round(1e3 * r.latency_ms, 1),
+                    100 * r.agreement,
+                    r.max_logit_error,
+                    r.rel_error,
+                    r.gate,
+                ]
+                for r in results
+            ],
+        )
+    )
+    section.images.append(
+        Image(
+            plot_modes(results, out_dir / "tflite_modes.png"),
+            "Every TFLite mode on the outlier classifier; red = refused by the validation gate",
+        )
+    )
+    by_mode = {r.mode: r for r in results}
+    fixed = next(r for r in results if r.mode.startswith("int8, "))
+    section.checks.append(
+        Check(
+            "quantization debugger: int8 garbage refused, planted layer kept float fixes it",
+            by_mode["int8"].gate != "pass" and fixed.gate == "pass" and model.planted in fixed.mode,
+            f"int8 agreement {100 * by_mode['int8'].agreement:.1f}% (refused); "
+            f"{fixed.mode}: {100 * fixed.agreement:.1f}% (passes); 16x8 "
+            f"{100 * by_mode['int16x8'].agreement:.1f}%",
         )
     )
 
