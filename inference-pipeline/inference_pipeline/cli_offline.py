@@ -7,6 +7,7 @@ line on stderr and exit status 2; a gate failure is exit status 1.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -29,8 +30,10 @@ def run_build(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         return _bad_input(f"--out {out} exists and is not a folder")
+    if args.threads < 1:
+        return _bad_input(f"--threads must be at least 1, got {args.threads}")
     settings = QUICK_BUILD if args.quick else BuildSettings()
-    settings = type(settings)(**{**settings.__dict__, "threads": args.threads})
+    settings = dataclasses.replace(settings, threads=args.threads)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -49,6 +52,8 @@ def run_gate(args: argparse.Namespace) -> int:
     from inference_pipeline.pipeline import gate_repository
     from inference_pipeline.repository import RepositoryError
 
+    if args.threads < 1:
+        return _bad_input(f"--threads must be at least 1, got {args.threads}")
     try:
         reports = gate_repository(Path(args.repository), args.threads, _progress)
     except RepositoryError as exc:
@@ -76,7 +81,7 @@ def run_demo(args: argparse.Namespace) -> int:
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     build = subparsers.add_parser(
         "build",
-        help="fine-tune (or load the cached model), export, fuse, quantize, gate, write the repository",
+        help="train or load the model, export, fuse, quantize, gate, write the repository",
     )
     build.add_argument("--out", required=True, help="output folder (model_repository/ and work/)")
     build.add_argument("--quick", action="store_true", help="small model/gate set (tests, smoke)")

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,11 +72,18 @@ def example_inputs(
 
 
 @contextlib.contextmanager
-def _quiet() -> None:
+def _quiet() -> Iterator[None]:
     """The exporters print progress and warn about tracing; the build prints its own."""
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        yield
+    # The dynamo exporter logs one line per torchvision op it cannot register.
+    logger = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 def duplicate_definitions(model: onnx.ModelProto) -> list[str]:

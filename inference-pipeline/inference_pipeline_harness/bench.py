@@ -1,0 +1,299 @@
+"""`python -m inference_pipeline bench [DIR/model_repository]`: every variant timed in one run.
+
+Latency p50/p90/p99 at batch 1, sequence 128, and throughput at batch 8, sequence 128, for
+torch eager (SDPA attention, the baseline), then each promoted ONNX Runtime variant, with
+ratios to torch eager. The baseline is timed first and again last; ratios use the mean of
+its two medians, so load from other processes on a shared machine shows as a gap between
+the two rather than as a silently skewed ratio. Every figure states its thread count.
+
+Without a repository argument the full build is made (once) under
+``~/.cache/inference_pipeline/bench/``, so ``make bench`` works on a fresh clone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SEQUENCE = 128
+THROUGHPUT_BATCH = 8
+SPEEDUP_TARGET = 3.0  # best promoted variant vs torch eager, batch 1
+INT8_TARGET = 1.5  # best INT8 vs ONNX Runtime FP32 of the same export
+
+
+@dataclass
+class Timing:
+    name: str
+    kind: str  # torch / fp32 / int8 / fp16
+    route: str
+    p50: float
+    p90: float
+    p99: float
+    throughput: float  # sequences per second at batch 8
+    ratio_p50: float = float("nan")  # torch eager p50 / this p50 (speedup)
+    ratio_throughput: float = float("nan")
+
+
+@dataclass
+class BenchResult:
+    threads: int
+    iterations: int
+    timings: list[Timing] = field(default_factory=list)
+    torch_p50_first_last: tuple[float, float] = (float("nan"), float("nan"))
+    best_speedup: tuple[str, float] = ("", float("nan"))
+    int8_vs_fp32: tuple[str, float] = ("", float("nan"))
+
+    def rows(self) -> list[list[object]]:
+        return [
+            [
+                t.name,
+                t.kind,
+                t.route,
+                t.p50,
+                t.p90,
+                t.p99,
+                t.ratio_p50,
+                t.throughput,
+                t.ratio_throughput,
+            ]
+            for t in self.timings
+        ]
+
+
+COLUMNS = [
+    "variant",
+    "precision",
+    "route",
+    "p50 ms",
+    "p90 ms",
+    "p99 ms",
+    "speedup vs torch (p50)",
+    "seq/s at batch 8",
+    "throughput vs torch",
+]
+
+
+def fixed_length_inputs(batch: int, sequence: int = SEQUENCE) -> dict[str, np.ndarray]:
+    """``batch`` held-out BBC texts cut to exactly ``sequence`` tokens (no padding)."""
+    from inference_pipeline.tokenization import TextTokenizer
+    from phase01_common.bbc_news import load_bbc_news
+
+    tokenizer = TextTokenizer.from_checkpoint()
+    texts = [t for t in load_bbc_news().dev_texts if tokenizer.token_count(t) >= sequence]
+    encoded = tokenizer.encode(texts[:batch])
+    ids = encoded["input_ids"][:, :sequence].copy()
+    ids[:, -1] = encoded["input_ids"][0, tokenizer.token_count(texts[0]) - 1]  # keep [SEP]
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+
+
+def _time(runner, inputs, iterations: int) -> tuple[dict[str, float], float]:
+    from inference_pipeline.runtime import measure_latency
+
+    latency = measure_latency(runner, inputs["one"], iterations)
+    runs = max(3, iterations // 5)
+    runner(inputs["eight"])
+    start = time.perf_counter()
+    for _ in range(runs):
+        runner(inputs["eight"])
+    throughput = runs * THROUGHPUT_BATCH / (time.perf_counter() - start)
+    return latency, throughput
+
+
+def run_bench(repo: Path, threads: int, iterations: int, progress=print) -> BenchResult:
+    """Time torch eager and every promoted variant of ``repo``."""
+    import torch
+    from inference_pipeline.model import TrainSettings, load_or_train, torch_outputs
+    from inference_pipeline.repository import load_model_folder, read_manifest
+    from inference_pipeline.runtime import make_session, session_runner
+
+    manifest = read_manifest(repo)
+    entries = [v for v in manifest["variants"] if v.get("promoted")]
+    folders = {v["name"]: load_model_folder(repo / v["name"]) for v in entries}
+    torch.set_num_threads(threads)
+    trained = load_or_train(TrainSettings(**manifest["train_settings"]), progress=progress)
+    eager = trained.classifier("sdpa")
+    inputs = {"one": fixed_length_inputs(1), "eight": fixed_length_inputs(THROUGHPUT_BATCH)}
+    result = BenchResult(threads, iterations)
+
+    def torch_runner(batch):
+        return torch_outputs(eager, batch)
+
+    progress(f"timing torch eager (SDPA), {threads} threads ...")
+    first = _time(torch_runner, inputs, iterations)
+    for entry in entries:
+        progress(f"timing {entry['name']} (ONNX Runtime, {threads} intra-op threads) ...")
+        runner = session_runner(make_session(folders[entry["name"]].onnx_path, threads))
+        latency, throughput = _time(runner, inputs, iterations)
+        result.timings.append(
+            Timing(
+                entry["name"],
+                entry["precision"],
+                entry["route"],
+                latency["p50"],
+                latency["p90"],
+                latency["p99"],
+                throughput,
+            )
+        )
+    progress("timing torch eager again (drift check) ...")
+    last = _time(torch_runner, inputs, iterations)
+    baseline = Timing(
+        "torch eager (SDPA)",
+        "torch",
+        "-",
+        *(float(np.mean([first[0][k], last[0][k]])) for k in ("p50", "p90", "p99")),
+        float(np.mean([first[1], last[1]])),
+    )
+    result.torch_p50_first_last = (first[0]["p50"], last[0]["p50"])
+    result.timings.insert(0, baseline)
+    for timing in result.timings:
+        timing.ratio_p50 = baseline.p50 / timing.p50
+        timing.ratio_throughput = timing.throughput / baseline.throughput
+    _targets(result)
+    return result
+
+
+def _targets(result: BenchResult) -> None:
+    onnx_timings = [t for t in result.timings if t.kind != "torch"]
+    if not onnx_timings:
+        return
+    best = max(onnx_timings, key=lambda t: t.ratio_p50)
+    result.best_speedup = (best.name, best.ratio_p50)
+    int8 = [t for t in onnx_timings if t.kind == "int8"]
+    for candidate in sorted(int8, key=lambda t: t.p50):
+        fp32 = [t for t in onnx_timings if t.kind == "fp32" and t.route == candidate.route]
+        plain = [t for t in fp32 if not t.name.endswith("_fused")] or fp32
+        if plain:
+            result.int8_vs_fp32 = (
+                f"{candidate.name} vs {plain[0].name}",
+                plain[0].p50 / candidate.p50,
+            )
+            break
+
+
+def format_table(result: BenchResult) -> str:
+    lines = [
+        f"{'variant':34} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'x torch':>8} "
+        f"{'seq/s b8':>9} {'x torch':>8}"
+    ]
+    for t in result.timings:
+        lines.append(
+            f"{t.name:34} {t.p50:8.1f} {t.p90:8.1f} {t.p99:8.1f} {t.ratio_p50:8.2f} "
+            f"{t.throughput:9.1f} {t.ratio_throughput:8.2f}"
+        )
+    first, last = result.torch_p50_first_last
+    lines.append(
+        f"threads: {result.threads} (torch intra-op and ONNX Runtime intra-op); "
+        f"{result.iterations} timed runs per latency figure; "
+        f"batch 1 and batch 8 at sequence {SEQUENCE}"
+    )
+    lines.append(f"torch eager p50 first/last: {first:.1f} / {last:.1f} ms (drift = machine load)")
+    name, value = result.best_speedup
+    verdict = "met" if value >= SPEEDUP_TARGET else "missed"
+    lines.append(
+        f"best promoted variant vs torch eager: {name} {value:.2f}x "
+        f"(target >= {SPEEDUP_TARGET}x: {verdict})"
+    )
+    name, value = result.int8_vs_fp32
+    if name:
+        verdict = "met" if value >= INT8_TARGET else "missed"
+        lines.append(
+            f"best INT8 vs ORT FP32 of the same export: {name} {value:.2f}x "
+            f"(target >= {INT8_TARGET}x: {verdict})"
+        )
+    else:
+        lines.append("best INT8 vs ORT FP32: no INT8 variant was promoted (see manifest gates)")
+    return "\n".join(lines)
+
+
+def plot(result: BenchResult, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [t.name.replace("bbc_minilm_", "") for t in result.timings]
+    p50 = np.array([t.p50 for t in result.timings])
+    p99 = np.array([t.p99 for t in result.timings])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colors = [
+        "tab:gray"
+        if t.kind == "torch"
+        else {"fp32": "tab:blue", "int8": "tab:green", "fp16": "tab:orange"}[t.kind]
+        for t in result.timings
+    ]
+    left.barh(names, p50, color=colors, label="p50")
+    left.errorbar(
+        p50, names, xerr=[np.zeros_like(p50), p99 - p50], fmt="none", ecolor="black", capsize=3
+    )
+    left.set_xlabel(f"latency ms, batch 1, seq {SEQUENCE} (bar p50, whisker p99)")
+    left.invert_yaxis()
+    right.barh(names, [t.throughput for t in result.timings], color=colors)
+    right.set_xlabel(f"sequences/s at batch {THROUGHPUT_BATCH}, seq {SEQUENCE}")
+    right.invert_yaxis()
+    right.set_yticklabels([])
+    fig.suptitle(f"MiniLM BBC classifier on CPU, {result.threads} threads (shared machine)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def default_repository(progress=print) -> Path:
+    """The full build under the cache folder, made on first use."""
+    from inference_pipeline.model import default_cache_dir
+    from inference_pipeline.pipeline import build
+
+    out = default_cache_dir() / "bench"
+    repo = out / "model_repository"
+    if not (repo / "manifest.json").is_file():
+        progress(f"no repository given: building one in {out} (once)")
+        build(out, progress=progress)
+    return repo
+
+
+def main(args: argparse.Namespace | None = None) -> int:
+    from inference_pipeline.repository import RepositoryError
+
+    if args is None:
+        parser = argparse.ArgumentParser(prog="inference_pipeline bench")
+        parser.add_argument("repository", nargs="?")
+        parser.add_argument("--threads", type=int, default=2)
+        parser.add_argument("--iterations", type=int, default=100)
+        parser.add_argument("--quick", action="store_true")
+        parser.add_argument("--plot")
+        parser.add_argument("--serving", action="store_true")
+        args = parser.parse_args()
+    if args.serving:
+        try:
+            from inference_pipeline_harness import serving_bench
+        except ModuleNotFoundError:
+            print("error: the serving benchmark (serving_bench) is not installed", file=sys.stderr)
+            return 2
+        argv = ([args.repository] if args.repository else []) + (["--quick"] if args.quick else [])
+        return int(serving_bench.main(argv) or 0)
+    if args.threads < 1 or args.iterations < 1:
+        print("error: --threads and --iterations must be at least 1", file=sys.stderr)
+        return 2
+    if args.repository and not Path(args.repository).is_dir():
+        print(f"error: {args.repository}: no such model repository folder", file=sys.stderr)
+        return 2
+    repo = Path(args.repository) if args.repository else default_repository()
+    iterations = 20 if args.quick else args.iterations
+    try:
+        result = run_bench(repo, args.threads, iterations)
+    except RepositoryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_table(result))
+    png = plot(result, Path(args.plot) if args.plot else repo.parent / "bench_latency.png")
+    (png.with_suffix(".json")).write_text(json.dumps(asdict(result), indent=2))
+    print(f"plot: {png}\ntable: {png.with_suffix('.json')}")
+    return 0

@@ -1,0 +1,89 @@
+"""`python -m inference_pipeline demo [--quick] [--out DIR]`: build, re-gate, bench, printed.
+
+The console version of the report section: the full offline pipeline on this machine, the
+fusions per route, every variant's gates (failures named with their values), the `gate`
+command re-run on the written repository, and the benchmark table.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from inference_pipeline_harness.bench import format_table, plot, run_bench
+
+
+def gate_rows(result) -> list[list[object]]:
+    """One row per variant: name, precision, promoted, accuracy, then each gate's value."""
+    rows = []
+    for variant in result.variants:
+        gates = variant.gates.results if variant.gates else []
+        failed = ", ".join(r.describe() for r in gates if not r.passed) or "-"
+        values = "; ".join(f"{r.name}={r.value:.3g}" for r in gates)
+        rows.append(
+            [
+                variant.name,
+                variant.precision,
+                variant.recipe,
+                "yes" if variant.promoted else "NO",
+                variant.gates.accuracy if variant.gates else float("nan"),
+                values,
+                failed,
+            ]
+        )
+    return rows
+
+
+GATE_COLUMNS = [
+    "variant",
+    "precision",
+    "made by",
+    "promoted",
+    "held-out accuracy",
+    "gates",
+    "failed",
+]
+
+
+def fusion_rows(result) -> list[list[object]]:
+    return [
+        [f.route, f.tool, ", ".join(f"{k} {v}" for k, v in sorted(f.counts.items())) or "none"]
+        for f in result.fusions
+    ]
+
+
+def run(out: Path, quick: bool, iterations: int | None = None) -> tuple[object, object, list]:
+    """Build into ``out``, re-run `gate`, bench; returns (build result, bench result, gates)."""
+    from inference_pipeline.pipeline import QUICK_BUILD, BuildSettings, build, gate_repository
+
+    result = build(out, QUICK_BUILD if quick else BuildSettings())
+    print("\n== gate: re-run on the written repository")
+    reports = gate_repository(result.repository)
+    print("\n== bench")
+    bench = run_bench(result.repository, 2, iterations or (15 if quick else 100))
+    return result, bench, reports
+
+
+def main(quick: bool = False, out: Path | None = None) -> int:
+    folder = out or Path(tempfile.mkdtemp(prefix="inference_pipeline_demo_"))
+    try:
+        result, bench, reports = run(folder, quick)
+        print("\n== fusions per export route")
+        for row in fusion_rows(result):
+            print(f"  {row[0]:12} {row[1]:36} {row[2]}")
+        print("\n== gates per variant (thresholds: inference_pipeline.gates.GATES)")
+        for row in gate_rows(result):
+            print(f"  {row[0]:30} {row[1]:5} promoted={row[3]:3}  accuracy={row[4]:.3f}")
+            if row[6] != "-":
+                print(f"      failed: {row[6]}")
+        print(f"  torch.export reference vs eager: {result.exported_program_max_abs_diff:.2e}")
+        print(f"  `gate` re-run: {sum(r.passed for r in reports)}/{len(reports)} pass")
+        print("\n== latency and throughput")
+        print(format_table(bench))
+        png = plot(bench, folder / "bench_latency.png")
+        print(f"plot: {png}")
+        return 0
+    finally:
+        if out is None:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,135 @@
+"""Shared by the offline tests, demo and report: one small set of real artifacts per process.
+
+``quick_artifacts()`` loads (or trains once, ~30 s, then cached) the quick MiniLM model,
+exports it by both routes and computes the PyTorch reference on a small gate set; every test
+file reuses the same objects, so the expensive steps run once per pytest session. Broken
+models for the gate tests are made by editing a copy of the exported graph
+(:func:`zero_weight`, :func:`ignore_attention_mask`, :func:`produce_nan`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+
+@dataclass
+class QuickArtifacts:
+    folder: Path  # temporary, removed at exit
+    trained: object  # inference_pipeline.model.TrainedModel
+    tokenizer: object  # TextTokenizer
+    exports: dict[str, Path]  # route -> plain FP32 export
+    gate_set: object  # GateSet
+    reference: object  # Evaluation of PyTorch FP32 (SDPA) on gate_set
+
+
+@functools.cache
+def quick_artifacts() -> QuickArtifacts:
+    from inference_pipeline import export
+    from inference_pipeline.gates import build_gate_set, evaluate
+    from inference_pipeline.model import load_or_train, torch_outputs
+    from inference_pipeline.pipeline import QUICK_BUILD
+    from inference_pipeline.tokenization import TextTokenizer
+
+    folder = Path(tempfile.mkdtemp(prefix="inference_pipeline_test_"))
+    atexit.register(shutil.rmtree, folder, True)
+    trained = load_or_train(QUICK_BUILD.train, progress=lambda _: None)
+    tokenizer = TextTokenizer.from_checkpoint()
+    classifier = trained.classifier("eager")
+    example = export.example_inputs(tokenizer)
+    exports = {
+        route: export.export_onnx(classifier, route, example, folder / f"{route}.onnx").path
+        for route in export.ROUTES
+    }
+    gate_set = build_gate_set(tokenizer, dev_per_label=2, ladder_per_length=1)
+    eager = trained.classifier("sdpa")
+    reference = evaluate(lambda batch: torch_outputs(eager, batch), tokenizer, gate_set)
+    return QuickArtifacts(folder, trained, tokenizer, exports, gate_set, reference)
+
+
+def gate_onnx(path: Path, precision: str = "fp32"):
+    """Gate report of an ONNX file against the quick reference."""
+    from inference_pipeline.gates import apply_gates, evaluate
+    from inference_pipeline.runtime import make_session, session_runner
+
+    art = quick_artifacts()
+    runner = session_runner(make_session(path))
+    candidate = evaluate(runner, art.tokenizer, art.gate_set)
+    return apply_gates(path.stem, precision, candidate, art.reference, art.gate_set)
+
+
+# ------------------------------------------------------------------------------------------
+# Deliberately broken models (graph edits on a copy of an export).
+
+
+def zero_weight(src: Path, dst: Path, name_part: str = "classifier") -> Path:
+    """Zero the largest initializer whose name contains ``name_part`` (a lost weight)."""
+    model = onnx.load(str(src))
+    candidates = [i for i in model.graph.initializer if name_part in i.name]
+    if not candidates:  # TorchScript names weights by onnx::MatMul_N: take the largest 2-D
+        candidates = [i for i in model.graph.initializer if len(i.dims) == 2]
+    target = max(candidates, key=lambda i: int(np.prod(i.dims)))
+    target.CopyFrom(
+        numpy_helper.from_array(np.zeros_like(numpy_helper.to_array(target)), target.name)
+    )
+    onnx.save(model, str(dst))
+    return dst
+
+
+def ignore_attention_mask(src: Path, dst: Path) -> Path:
+    """Every use of ``attention_mask`` replaced by ones of the same shape: a model that
+    attends to (and pools over) padding."""
+    model = onnx.load(str(src))
+    ones = "attention_mask_ignored"
+    shape = helper.make_node("Shape", ["attention_mask"], ["attention_mask_shape"])
+    fill = helper.make_node(
+        "ConstantOfShape",
+        ["attention_mask_shape"],
+        [ones],
+        value=helper.make_tensor("one", onnx.TensorProto.INT64, [1], [1]),
+    )
+    for node in model.graph.node:
+        node.input[:] = [ones if name == "attention_mask" else name for name in node.input]
+    model.graph.node.insert(0, fill)
+    model.graph.node.insert(0, shape)
+    onnx.save(model, str(dst))
+    return dst
+
+
+def produce_nan(src: Path, dst: Path) -> Path:
+    """One LayerNorm gain set to NaN: every output downstream turns NaN."""
+    model = onnx.load(str(src))
+    norms = {n.input[1] for n in model.graph.node if "LayerNorm" in n.op_type}
+    target = next(i for i in model.graph.initializer if i.name in norms)
+    values = numpy_helper.to_array(target).copy()
+    values[0] = np.nan
+    target.CopyFrom(numpy_helper.from_array(values, target.name))
+    onnx.save(model, str(dst))
+    return dst
+
+
+def small_repository(root: Path) -> Path:
+    """A real repository from the quick exports: both FP32 routes, gated, written by the
+    pipeline's own writer (no fusion or quantization, to stay fast)."""
+    from inference_pipeline.pipeline import Variant, write_repository
+
+    art = quick_artifacts()
+    variants = []
+    for route, path in art.exports.items():
+        variant = Variant(f"bbc_minilm_fp32_{route}", route, "fp32", f"{route} export", path)
+        variant.gates = gate_onnx(path)
+        variants.append(variant)
+    repo = root / "model_repository"
+    repo.mkdir(parents=True)
+    write_repository(
+        repo, variants, [], art.trained.label_names, art.tokenizer, art.gate_set, art.reference
+    )
+    return repo

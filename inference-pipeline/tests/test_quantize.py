@@ -1,0 +1,89 @@
+"""INT8 dynamic / static QDQ and FP16: what the graphs hold and how close they stay."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+import pytest
+from inference_pipeline import quantize
+from inference_pipeline.export import check_io_contract
+from inference_pipeline_harness.scenarios import gate_onnx, quick_artifacts
+
+
+@pytest.fixture(scope="session")
+def art():
+    return quick_artifacts()
+
+
+def _ops(path) -> Counter:
+    return Counter(node.op_type for node in onnx.load(str(path)).graph.node)
+
+
+def _values(report) -> dict[str, float]:
+    return {r.name: r.value for r in report.results}
+
+
+@pytest.fixture(scope="session")
+def dynamic(art):
+    return {
+        per_channel: quantize.quantize_int8_dynamic(
+            art.exports["torchscript"], art.folder / f"dyn_{per_channel}.onnx", per_channel
+        )
+        for per_channel in (True, False)
+    }
+
+
+def test_dynamic_int8_quantizes_every_weight_matmul(art, dynamic):
+    model = onnx.load(str(art.exports["torchscript"]))
+    weights = {i.name for i in model.graph.initializer}
+    weight_matmuls = sum(
+        1 for n in model.graph.node if n.op_type == "MatMul" and any(x in weights for x in n.input)
+    )
+    ops = _ops(dynamic[True])
+    assert ops["MatMulInteger"] >= weight_matmuls == 36  # 6 per layer x 6 layers
+    # Those weights shrink 4x; the word-embedding table (a Gather, not a MatMul) stays FP32.
+    weight_bytes = sum(
+        4 * int(np.prod(i.dims))
+        for i in model.graph.initializer
+        if len(i.dims) == 2 and i.dims[0] in (384, 1536) and i.dims[1] in (384, 1536)
+    )
+    saved = art.exports["torchscript"].stat().st_size - dynamic[True].stat().st_size
+    assert saved >= 0.7 * weight_bytes > 0
+
+
+def test_per_channel_keeps_the_embedding_closer_than_per_tensor(dynamic):
+    per_channel, per_tensor = (_values(gate_onnx(dynamic[k], "int8")) for k in (True, False))
+    assert per_channel["non_finite_values"] == 0
+    assert per_channel["min_embedding_cosine_vs_fp32"] >= 0.98  # the INT8 gate's limit
+    assert per_channel["min_embedding_cosine_vs_fp32"] > per_tensor["min_embedding_cosine_vs_fp32"]
+    assert per_channel["alone_vs_batch_min_cosine"] >= 0.98
+
+
+def test_static_qdq_is_calibrated_on_training_texts(art):
+    from phase01_common.bbc_news import load_bbc_news
+
+    texts = load_bbc_news().train_texts[:4]
+    reader = quantize.TextCalibrationReader(art.tokenizer, texts, batch_size=2)
+    batches = [reader.get_next() for _ in range(3)]
+    assert batches[2] is None and batches[0]["input_ids"].shape[0] == 2
+    path = quantize.quantize_int8_static(
+        art.exports["torchscript"], art.folder / "static.onnx", art.tokenizer, texts
+    )
+    ops = _ops(path)
+    assert ops["QuantizeLinear"] >= 36 and ops["DequantizeLinear"] >= 72  # activations + weights
+    values = _values(gate_onnx(path, "int8"))
+    assert values["non_finite_values"] == 0 and values["min_embedding_cosine_vs_fp32"] > 0.5
+    with pytest.raises(ValueError, match="calibration text"):
+        quantize.quantize_int8_static(path, art.folder / "x.onnx", art.tokenizer, [])
+
+
+def test_fp16_keeps_fp32_io_and_passes_its_gates(art):
+    path = quantize.convert_fp16(art.exports["torchscript"], art.folder / "fp16.onnx")
+    model = onnx.load(str(path))
+    check_io_contract(model, str(path))
+    types = Counter(i.data_type for i in model.graph.initializer if len(i.dims) == 2)
+    assert types[onnx.TensorProto.FLOAT16] > 0 and types[onnx.TensorProto.FLOAT] == 0
+    report = gate_onnx(path, "fp16")
+    assert report.passed, [r.describe() for r in report.failed]
