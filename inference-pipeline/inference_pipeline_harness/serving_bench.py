@@ -108,9 +108,39 @@ def measure(url: str, model: str, texts: list[str], concurrency: int, s: BenchSe
     return result
 
 
-def summary(results: list[LevelResult]) -> dict:
-    """Medians over rounds of throughput and latency percentiles."""
-    return {
+def server_counters(url: str) -> tuple[float, float, float]:
+    """(rows, executions, compute seconds) so far, from the server's /metrics."""
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+
+    def total(name: str) -> float:
+        return sum(float(v) for v in re.findall(name + r"\{[^}]*\} ([0-9.e+-]+)", text))
+
+    names = ("inference_count_total", "inference_exec_count_total", "inference_compute_seconds_sum")
+    return tuple(total(n) for n in names)
+
+
+def measure_with_batches(url: str, model: str, texts: list[str], concurrency: int, s):
+    """One level, plus the average batch size and model time per row the server saw."""
+    before = server_counters(url)
+    result = measure(url, model, texts, concurrency, s)
+    rows, executions, compute = (b - a for a, b in zip(before, server_counters(url), strict=True))
+    return result, {
+        "avg_batch": rows / executions if executions else 0.0,
+        "compute_ms_per_row": compute / rows * 1e3 if rows else 0.0,
+    }
+
+
+def summary(results: list[LevelResult], batches: list[dict] | None = None) -> dict:
+    """Medians over rounds of throughput and latency percentiles (and batch figures)."""
+    extra = {}
+    for key in ("avg_batch", "compute_ms_per_row"):
+        if batches:
+            extra[key] = statistics.median(b[key] for b in batches)
+    return extra | {
         "throughput": statistics.median(r.throughput for r in results),
         "p50": statistics.median(r.latency_ms.get("p50", float("nan")) for r in results),
         "p99": statistics.median(r.latency_ms.get("p99", float("nan")) for r in results),
@@ -124,13 +154,17 @@ def batching_comparison(urls: dict[str, str], model: str, loads: dict, s: BenchS
     out = {}
     for workload, texts in loads.items():
         rounds: dict[str, list[LevelResult]] = {"batched": [], "unbatched": []}
+        batches: dict[str, list[dict]] = {"batched": [], "unbatched": []}
         for index in range(s.rounds):
             order = ("batched", "unbatched") if index % 2 == 0 else ("unbatched", "batched")
             for config in order:
-                rounds[config].append(measure(urls[config], model, texts, 16, s))
+                result, seen = measure_with_batches(urls[config], model, texts, 16, s)
+                rounds[config].append(result)
+                batches[config].append(seen)
             log(f"{workload} round {index + 1}: " + ", ".join(
-                f"{c} {rounds[c][-1].throughput:.1f}/s" for c in rounds))  # fmt: skip
-        out[workload] = {config: summary(results) for config, results in rounds.items()}
+                f"{c} {rounds[c][-1].throughput:.1f}/s (batch {batches[c][-1]['avg_batch']:.1f})"
+                for c in rounds))  # fmt: skip
+        out[workload] = {c: summary(results, batches[c]) for c, results in rounds.items()}
         out[workload]["raw"] = {c: [r.as_dict() for r in rs] for c, rs in rounds.items()}
     return out
 
@@ -209,6 +243,7 @@ def batcher_overhead(folder: Path, texts: list[str], threads: int) -> dict:
         return times
 
     times = asyncio.run(run())
+    per_text = compute_per_text(model, texts[:96])
     p50 = {name: float(np.median(values) * 1e3) for name, values in times.items()}
     return {
         "p50_ms": p50,
@@ -217,7 +252,24 @@ def batcher_overhead(folder: Path, texts: list[str], threads: int) -> dict:
         "thread_hop_ms": p50["thread_hop"] - p50["direct"],
         "overhead_with_delay_ms": p50["batcher_delay_2ms"] - p50["direct"],
         "samples": len(texts),
+        "compute_per_text_ms": per_text,
     }
+
+
+def compute_per_text(model, texts: list[str], rounds: int = 3) -> dict[str, float]:
+    """Model time per text at batch 1 and batch 8 (no server): what batching can buy at most."""
+    prepared = [model.prepare({"TEXT": np.array([t], dtype=object)}).data for t in texts]
+    costs: dict[str, list[float]] = {"batch 1": [], "batch 8": []}
+    for _ in range(rounds):  # interleaved, medians: the machine is shared
+        begin = time.perf_counter()
+        for item in prepared:
+            model.run_batch(0, [item])
+        costs["batch 1"].append((time.perf_counter() - begin) / len(prepared))
+        begin = time.perf_counter()
+        for start in range(0, len(prepared), 8):
+            model.run_batch(0, prepared[start : start + 8])
+        costs["batch 8"].append((time.perf_counter() - begin) / len(prepared))
+    return {name: float(np.median(values) * 1e3) for name, values in costs.items()}
 
 
 def ray_comparison(folder: Path, model: str, texts: list[str], ours_url: str, s: BenchSettings):

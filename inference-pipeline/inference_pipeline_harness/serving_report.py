@@ -33,12 +33,16 @@ def batching_rows(results: BenchResults) -> list[list[object]]:
             rows.append([
                 workload, config, round(figures["throughput"], 1), round(figures["p50"], 2),
                 round(figures["p99"], 2), round(figures["throughput"] / base["throughput"], 2),
-                figures["errors"],
+                round(figures.get("avg_batch", float("nan")), 2),
+                round(figures.get("compute_ms_per_row", float("nan")), 3), figures["errors"],
             ])  # fmt: skip
     return rows
 
 
-BATCHING_COLUMNS = ["workload", "server", "answers/s", "p50 ms", "p99 ms", "vs unbatched", "errors"]
+BATCHING_COLUMNS = [
+    "workload", "server", "answers/s", "p50 ms", "p99 ms", "vs unbatched", "avg batch",
+    "model ms/row", "errors",
+]  # fmt: skip
 SWEEP_COLUMNS = ["server", "concurrency", "answers/s", "p50 ms", "p90 ms", "p99 ms"]
 
 
@@ -72,6 +76,15 @@ def comparison_rows(figures_by_server: dict) -> list[list[object]]:
 
 
 COMPARISON_COLUMNS = ["server", "answers/s", "p50 ms", "p99 ms", "errors"]
+
+
+def compute_rows(results: BenchResults) -> list[list[object]]:
+    per_text = results.overhead.get("compute_per_text_ms", {})
+    base = per_text.get("batch 1")
+    return [[name, round(ms, 3), round(base / ms, 2)] for name, ms in per_text.items()]
+
+
+COMPUTE_COLUMNS = ["model alone, short texts", "ms per text", "speed-up"]
 
 
 def markdown_table(columns: list[str], rows: list[list[object]]) -> str:
@@ -118,6 +131,8 @@ def write_outputs(results: BenchResults, out: Path) -> list[str]:
         markdown_table(BATCHING_COLUMNS, batching_rows(results)),
         "Batcher overhead at concurrency 1 (p50, in-process):",
         markdown_table(["path", "p50 ms", "over direct ms"], overhead_rows(results)),
+        "What batching buys the model alone (no server, same short texts):",
+        markdown_table(COMPUTE_COLUMNS, compute_rows(results)),
         "Concurrency sweep (short texts):",
         markdown_table(SWEEP_COLUMNS, sweep_rows(results)),
     ]
@@ -187,6 +202,7 @@ def build_subsection(out_dir: Path, quick: bool, repository: Path | None = None)
         Table("Dynamic batching vs none (c=16)", BATCHING_COLUMNS, batching_rows(results)),
         Table("Batcher overhead at c=1 (p50, in-process)", ["path", "p50 ms", "over direct ms"],
               overhead_rows(results)),
+        Table("What batching buys the model alone", COMPUTE_COLUMNS, compute_rows(results)),
         Table("Concurrency sweep (short texts)", SWEEP_COLUMNS, sweep_rows(results)),
     ]  # fmt: skip
     if results.length_aware:

@@ -32,6 +32,10 @@ def test_toy_bench_measures_and_builds_its_report(tmp_path):
         for config in ("batched", "unbatched"):
             figures = results.batching[workload][config]
             assert figures["throughput"] > 0 and figures["errors"] == 0
+    # the server's own counters: max_batch_size 1 really ran one row per execution
+    assert results.batching["short"]["unbatched"]["avg_batch"] == 1.0
+    assert results.batching["short"]["batched"]["avg_batch"] >= 1.0
+    assert set(results.overhead["compute_per_text_ms"]) == {"batch 1", "batch 8"}
     assert set(results.overhead["p50_ms"]) == {
         "direct", "thread_hop", "batcher", "batcher_delay_2ms"
     }  # fmt: skip

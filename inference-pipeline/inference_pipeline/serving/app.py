@@ -105,6 +105,8 @@ class InferenceServer:
             self.entries[model.name] = ServedEntry(model, batcher, types)
         self.ready = False
         self.loop: asyncio.AbstractEventLoop | None = None
+        # other routers mounted on ``app`` (e.g. generation's) expose their metrics here too
+        self.extra_registries: list = []
         self.app = self._build_app()
 
     def begin_shutdown(self) -> None:
@@ -229,7 +231,9 @@ class InferenceServer:
 
         @app.get("/metrics")
         async def metrics() -> Response:
-            return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+            registries = [self.metrics.registry, *self.extra_registries]
+            body = b"".join(generate_latest(registry) for registry in registries)
+            return Response(body, media_type=CONTENT_TYPE_LATEST)
 
         return app
 
