@@ -22,6 +22,7 @@ from minigrad.grad_mode import enable_grad, grad_mode, is_grad_enabled, no_grad,
 from minigrad.grad_mode import state as _mode
 from minigrad.rules import PRIMITIVES
 from minigrad.tensor import Tensor
+from minigrad.tracing import TRACES, dispatch
 
 __all__ = [
     "Context",
@@ -170,7 +171,12 @@ class Function:
 
         The one apply for user Functions and primitives; they differ only in what forward
         sees (Tensors, under no_grad, or raw ndarrays) and in how the output is wrapped.
+        While a transformation traces (minigrad.func), an op on a Tracer is recorded instead.
         """
+        if TRACES:
+            traced = dispatch(cls, args)
+            if traced is not NotImplemented:
+                return traced
         ctx = cls._ctx_class()
         record = False
         if _mode.enabled:

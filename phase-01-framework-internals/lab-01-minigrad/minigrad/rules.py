@@ -49,3 +49,17 @@ def missing(kind: str) -> list[str]:
     """Primitives that still lack a rule of this kind (a to-do list for a new transform)."""
     have = RULES.get(kind, {})
     return sorted(name for name, p in PRIMITIVES.items() if p not in have)
+
+
+# How vmap treats random draws, innermost vmap last ("error" or "same"; see minigrad.func.vmap).
+RANDOMNESS: list[str] = []
+
+
+def check_randomness(what: str) -> None:
+    """Called before a random draw: under ``vmap(..., randomness="error")`` it is an error, as
+    in torch.func (with "same", one draw serves every example)."""
+    if RANDOMNESS and RANDOMNESS[-1] == "error":
+        raise RuntimeError(
+            f"vmap: {what} draws random numbers inside vmap; pass randomness='same' to use one "
+            "draw for every example (randomness='different' is not supported by minigrad)"
+        )

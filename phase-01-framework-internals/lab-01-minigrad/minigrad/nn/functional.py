@@ -7,10 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from minigrad import attention, ops
+from minigrad import attention, ops, rules
 from minigrad.creation import default_generator
 from minigrad.nn.losses import cross_entropy_general
 from minigrad.tensor import Tensor, _norm_dim
+from minigrad.tracing import Tracer
 
 
 def _t(x: Any) -> Tensor:
@@ -105,7 +106,8 @@ def cross_entropy(
         and (t.size == 0 or t.min() >= 0)  # so no id is negative (ignore_index -100 absent)
         and (ignore_index < 0 or not (t == ignore_index).any())
     ):
-        return ops.CrossEntropy.apply(input, t, reduction)
+        # a traced target (vmap over labels) stays traced; a plain one goes in as its array
+        return ops.CrossEntropy.apply(input, target if isinstance(target, Tracer) else t, reduction)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(
             f"cross_entropy: reduction must be 'mean', 'sum' or 'none', not {reduction!r}"
@@ -245,6 +247,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     if p == 1.0:
         mask = np.zeros(x.shape, x.dtype)
     else:
+        rules.check_randomness("dropout")
         keep = default_generator().random(x.shape) >= p
         mask = keep.astype(x.dtype) / np.asarray(1.0 - p, x.dtype)
     return ops.Dropout.apply(x, mask)

@@ -84,3 +84,18 @@ class Cast(Primitive):
     @staticmethod
     def backward(ctx, g):
         return cast(g, ctx.in_dtype), None
+
+
+# ----------------------------------------------------------------------------- rules
+def _register_cast_rules() -> None:
+    from minigrad.ops.rulekit import linear_jvp, rules_for, vmap_elementwise
+
+    rules_for(
+        Cast,
+        vmap=vmap_elementwise(Cast, (0,)),
+        jvp=linear_jvp(Cast, (0,)),
+        transpose=lambda ct, args, linear, avals: (Cast.apply(ct, avals[0][1]), None),
+    )
+
+
+_register_cast_rules()

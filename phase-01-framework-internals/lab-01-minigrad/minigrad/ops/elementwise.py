@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -15,6 +16,17 @@ from minigrad.ops.dual import (
     np_erf,
     sum_to,
     value,
+)
+from minigrad.ops.rulekit import (
+    P,
+    bcast,
+    cmp,
+    is_array,
+    rules_for,
+    tangent_sum,
+    unary_jvp,
+    vmap_elementwise,
+    where0,
 )
 from minigrad.tensor import Tensor
 
@@ -335,3 +347,181 @@ class Where(Primitive):
         ga = sum_to(g * ctx.cond, sa) if na else None
         gb = sum_to(g * ~ctx.cond, sb) if nb else None
         return None, ga, gb
+
+
+class Compare(Primitive):
+    """``a <op> b`` elementwise (op: gt, lt, ge, le, eq, ne): a boolean mask, no gradient.
+    Traced comparisons use it, so a mask follows the batch and level of its inputs."""
+
+    differentiable = False
+    _OPS = {
+        "gt": np.greater,
+        "lt": np.less,
+        "ge": np.greater_equal,
+        "le": np.less_equal,
+        "eq": np.equal,
+        "ne": np.not_equal,
+    }
+
+    @staticmethod
+    def forward(ctx, a, b, op):
+        return np.asarray(Compare._OPS[op](a, b))
+
+    @staticmethod
+    def backward(ctx, g):
+        return None, None, None
+
+
+# ----------------------------------------------------------------------------- rules
+# (see minigrad.ops.rulekit for the four kinds and their signatures)
+def _sum_to(ct: Any, aval: Any) -> Any:
+    return sum_to(ct, aval[0]) if aval is not None else ct
+
+
+def _binary_transpose(linear_terms):
+    def rule(ct, args, linear, avals):
+        return tuple(
+            _sum_to(term(ct, args), avals[i]) if linear[i] else None
+            for i, term in enumerate(linear_terms)
+        )
+
+    return rule
+
+
+def _add_jvp(args, tans):
+    out = Add.apply(*args)
+    return out, tangent_sum(list(tans), out.shape)
+
+
+def _sub_jvp(args, tans):
+    out = Sub.apply(*args)
+    return out, tangent_sum([tans[0], None if tans[1] is None else -tans[1]], out.shape)
+
+
+def _mul_jvp(args, tans):
+    a, b = args
+    out = Mul.apply(a, b)
+    ta, tb = tans
+    terms = [None if ta is None else ta * b, None if tb is None else a * tb]
+    return out, tangent_sum(terms, out.shape)
+
+
+def _div_jvp(args, tans):
+    a, b = args
+    out = Div.apply(a, b)
+    ta, tb = tans
+    terms = [None if ta is None else ta / b, None if tb is None else tb * -(out / b)]
+    return out, tangent_sum(terms, out.shape)
+
+
+def _pow_jvp(args, tans):
+    a, b = args
+    out = Pow.apply(a, b)
+    ta, tb = tans
+    terms = []
+    if ta is not None:
+        if not is_array(b):
+            terms.append(ta * 0.0 if b == 0 else ta * (b * a ** (b - 1)))
+        else:  # torch's masking: d/da is 0 where b == 0
+            terms.append(ta * P["Where"].apply(cmp(b, 0, "eq"), 0.0, b * a ** (b - 1)))
+    if tb is not None:
+        if is_array(a):  # d/db is 0 where a == 0 and b >= 0 (log(0) replaced by log(1))
+            zero_base = cmp(a, 0, "eq") * cmp(b, 0, "ge")
+            log_a = log(P["Where"].apply(zero_base, 1.0, a))
+            terms.append(tb * (out * log_a))
+        elif a == 0:  # a zero constant base: 0 where b >= 0, as above
+            with np.errstate(divide="ignore", invalid="ignore"):
+                terms.append(tb * where0(cmp(b, 0, "lt"), out * float("-inf")))
+        else:
+            terms.append(tb * (out * float(np.log(a))))
+    return out, tangent_sum(terms, out.shape)
+
+
+def _sign(a):
+    cast = P["Cast"]
+    return cast.apply(cmp(a, 0, "gt"), a.dtype) - cast.apply(cmp(a, 0, "lt"), a.dtype)
+
+
+def _clamp_jvp(args, tans):
+    a, lo, hi = args
+    out = Clamp.apply(a, lo, hi)
+    ta, tlo, thi = tans
+    terms = []
+    if ta is not None:
+        keep = None
+        if lo is not None:
+            keep = cmp(a, lo, "ge")
+        if hi is not None:
+            keep = cmp(a, hi, "le") if keep is None else keep * cmp(a, hi, "le")
+        terms.append(where0(keep, ta))
+    if tlo is not None:
+        lo_wins = cmp(a, lo, "lt") if hi is None else cmp(a, lo, "lt") * cmp(lo, hi, "le")
+        terms.append(where0(lo_wins, tlo))
+    if thi is not None:
+        hi_wins = cmp(a, hi, "gt") if lo is None else cmp(a, hi, "gt") + cmp(lo, hi, "gt")
+        terms.append(where0(hi_wins, thi))
+    return out, tangent_sum(terms, out.shape)
+
+
+def _extremum_jvp(prim):
+    def rule(args, tans):
+        a, b = args
+        out = prim.apply(a, b)
+        dt = out.dtype
+        cast = P["Cast"]
+        to_a = cast.apply(cmp(out, a, "eq"), dt) - cast.apply(cmp(a, b, "eq"), dt) * 0.5
+        ta, tb = tans
+        terms = [None if ta is None else ta * to_a, None if tb is None else tb * (1.0 - to_a)]
+        return out, tangent_sum(terms, out.shape)
+
+    return rule
+
+
+def _where_jvp(args, tans):
+    cond, a, b = args
+    out = Where.apply(cond, a, b)
+    _, ta, tb = tans
+    t = Where.apply(cond, 0.0 if ta is None else ta, 0.0 if tb is None else tb)
+    return out, bcast(t, out.shape)
+
+
+_SQRT_PI = math.sqrt(math.pi)
+_UNARY = {
+    Neg: lambda t, a, out: -t,
+    Exp: lambda t, a, out: t * out,
+    Log: lambda t, a, out: t / a,
+    Tanh: lambda t, a, out: t * (1.0 - out * out),
+    Sigmoid: lambda t, a, out: t * (out * (1.0 - out)),
+    ReLU: lambda t, a, out: where0(cmp(a, 0, "gt"), t),
+    Erf: lambda t, a, out: t * (exp(-(a * a)) * (2.0 / _SQRT_PI)),
+    Abs: lambda t, a, out: t * _sign(a),
+    Sqrt: lambda t, a, out: t / (out * 2.0),
+    Rsqrt: lambda t, a, out: t * (out * out * out * -0.5),
+}
+for _prim, _derivative in _UNARY.items():
+    rules_for(_prim, vmap=vmap_elementwise(_prim, (0,)), jvp=unary_jvp(_prim, _derivative))
+
+rules_for(Add, jvp=_add_jvp, transpose=_binary_transpose([lambda c, a: c, lambda c, a: c]))
+rules_for(Sub, jvp=_sub_jvp, transpose=_binary_transpose([lambda c, a: c, lambda c, a: -c]))
+rules_for(
+    Mul, jvp=_mul_jvp, transpose=_binary_transpose([lambda c, a: c * a[1], lambda c, a: c * a[0]])
+)
+rules_for(Div, jvp=_div_jvp, transpose=_binary_transpose([lambda c, a: c / a[1], None]))
+rules_for(Neg, transpose=lambda ct, args, linear, avals: (-ct,))
+for _prim in (Add, Sub, Mul, Div, Pow, Maximum, Minimum, Compare):
+    rules_for(_prim, vmap=vmap_elementwise(_prim, (0, 1)))
+rules_for(Pow, jvp=_pow_jvp)
+rules_for(Maximum, jvp=_extremum_jvp(Maximum))
+rules_for(Minimum, jvp=_extremum_jvp(Minimum))
+rules_for(Compare, jvp=lambda args, tans: (Compare.apply(*args), None))
+rules_for(Clamp, vmap=vmap_elementwise(Clamp, (0, 1, 2)), jvp=_clamp_jvp)
+rules_for(
+    Where,
+    vmap=vmap_elementwise(Where, (0, 1, 2)),
+    jvp=_where_jvp,
+    transpose=lambda ct, args, linear, avals: (
+        None,
+        _sum_to(where0(args[0], ct), avals[1]) if linear[1] else None,
+        _sum_to(P["Where"].apply(args[0], 0.0, ct), avals[2]) if linear[2] else None,
+    ),
+)

@@ -9,6 +9,8 @@ from minigrad.ops.dual import (
     reduce_sum,
     sum_to,
 )
+from minigrad.ops.rulekit import FakeCtx, P, align, ex_ndim, rules_for, tangent_sum
+from minigrad.tensor import Tensor
 
 
 class MatMul(Primitive):
@@ -81,3 +83,75 @@ class Linear(Primitive):
         gw = g2.mT @ x2 if nw else None
         gb = reduce_sum(g2, 0, False) if nb else None
         return gx, gw, gb
+
+
+# ----------------------------------------------------------------------------- rules
+def _matmul_vmap(size, args, batched):
+    """Promote 1-D examples to matrices, give both the same example rank (unit batch dims
+    after the vmap dim), multiply, and drop the promoted dims again."""
+    a, b = args
+    ba, bb = batched
+    ra, rb = ex_ndim(a, ba), ex_ndim(b, bb)
+    if ra == 1:
+        a = P["Reshape"].apply(a, a.shape[:-1] + (1, a.shape[-1]))
+    if rb == 1:
+        b = P["Reshape"].apply(b, b.shape + (1,))
+    rank = max(ex_ndim(a, ba), ex_ndim(b, bb))
+    a, b = align(a, ba, rank), align(b, bb, rank)
+    out = MatMul.apply(a, b)
+    if ra == 1:
+        out = P["Reshape"].apply(out, out.shape[:-2] + out.shape[-1:])
+    if rb == 1:
+        out = P["Reshape"].apply(out, out.shape[:-1])
+    return out
+
+
+def _matmul_jvp(args, tans):
+    a, b = args
+    out = MatMul.apply(a, b)
+    ta, tb = tans
+    terms = [None if ta is None else MatMul.apply(ta, b), None if tb is None else a @ tb]
+    return out, tangent_sum(terms, out.shape)
+
+
+def _placeholder(x, aval):
+    return x if x is not None else Tensor._wrap(np.zeros(aval[0], aval[1]))
+
+
+def _matmul_transpose(ct, args, linear, avals):
+    a, b = (_placeholder(x, av) for x, av in zip(args, avals, strict=True))
+    return MatMul.backward(FakeCtx((a, b), tuple(linear)), ct)
+
+
+def _linear_vmap(size, args, batched):
+    x, w, bias = args
+    bx, bw, bb = batched
+    if not bw and not bb:
+        return Linear.apply(x, w, bias)
+    wt = P["Permute"].apply(w, (0, 2, 1)) if bw else P["Permute"].apply(w, (1, 0))
+    y = _matmul_vmap(size, (x, wt), (bx, bw))
+    if bias is None:
+        return y
+    rank = ex_ndim(y, True)
+    return y + align(bias, bb, rank)
+
+
+def _linear_jvp(args, tans):
+    x, w, b = args
+    out = Linear.apply(x, w, b)
+    tx, tw, tb = tans
+    terms = [
+        None if tx is None else Linear.apply(tx, w, None),
+        None if tw is None else Linear.apply(x, tw, None),
+        tb,
+    ]
+    return out, tangent_sum(terms, out.shape)
+
+
+def _linear_transpose(ct, args, linear, avals):
+    x, w = (_placeholder(v, av) for v, av in zip(args[:2], avals[:2], strict=True))
+    return Linear.backward(FakeCtx((x, w), tuple(linear)), ct)
+
+
+rules_for(MatMul, vmap=_matmul_vmap, jvp=_matmul_jvp, transpose=_matmul_transpose)
+rules_for(Linear, vmap=_linear_vmap, jvp=_linear_jvp, transpose=_linear_transpose)

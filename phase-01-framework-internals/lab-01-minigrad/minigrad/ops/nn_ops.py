@@ -8,6 +8,16 @@ import numpy as np
 
 from minigrad.function import Primitive
 from minigrad.ops.dual import erf, exp, np_erf, reduce_sum, sum_to, tanh
+from minigrad.ops.rulekit import (
+    P,
+    align,
+    linear_jvp,
+    rules_for,
+    tangent_sum,
+    to_batched,
+    unary_jvp,
+    vmap_elementwise,
+)
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -90,3 +100,59 @@ class Dropout(Primitive):
     @staticmethod
     def backward(ctx, g):
         return g * ctx.mask, None
+
+
+# ----------------------------------------------------------------------------- rules
+def _layer_norm_vmap(size, args, batched):
+    x, w, b, n_dims, eps = args
+    x = to_batched(x, batched[0], size)
+    if not batched[1] and not batched[2]:
+        return LayerNorm.apply(x, w, b, n_dims, eps)
+    out = LayerNorm.apply(x, None, None, n_dims, eps)
+    rank = out.ndim - 1
+    if w is not None:
+        out = out * align(w, batched[1], rank)
+    if b is not None:
+        out = out + align(b, batched[2], rank)
+    return out
+
+
+def _layer_norm_jvp(args, tans):
+    x, w, b, n_dims, eps = args
+    out = LayerNorm.apply(*args)
+    tx, tw, tb = tans[:3]
+    axes = tuple(range(x.ndim - n_dims, x.ndim))
+    xhat = LayerNorm.apply(x, None, None, n_dims, eps)
+    terms = []
+    if tx is not None:
+        mean = P["Mean"]
+        tc = tx - mean.apply(tx, axes, True)
+        xc = x - mean.apply(x, axes, True)
+        rstd = P["Rsqrt"].apply(mean.apply(xc * xc, axes, True) + eps)
+        t_hat = (tc - xhat * mean.apply(xhat * tc, axes, True)) * rstd
+        terms.append(t_hat * w if w is not None else t_hat)
+    if tw is not None:
+        terms.append(xhat * tw)
+    terms.append(tb)
+    return out, tangent_sum(terms, out.shape)
+
+
+def _gelu_derivative(t, x, out, approximate):
+    if approximate == "tanh":
+        inner = (x + x * x * x * 0.044715) * _SQRT_2_OVER_PI
+        th = tanh(inner)
+        d_inner = (x * x * (3 * 0.044715) + 1.0) * _SQRT_2_OVER_PI
+        return t * ((th + 1.0) * 0.5 + x * (1.0 - th * th) * d_inner * 0.5)
+    cdf = (erf(x * (1 / math.sqrt(2.0))) + 1.0) * 0.5
+    pdf = exp(x * x * -0.5) * _INV_SQRT_2PI
+    return t * (cdf + x * pdf)
+
+
+rules_for(LayerNorm, vmap=_layer_norm_vmap, jvp=_layer_norm_jvp)
+rules_for(GELU, vmap=vmap_elementwise(GELU, (0,)), jvp=unary_jvp(GELU, _gelu_derivative))
+rules_for(
+    Dropout,
+    vmap=vmap_elementwise(Dropout, (0, 1)),
+    jvp=linear_jvp(Dropout, (0,)),
+    transpose=lambda ct, args, lin, avals: (Dropout.apply(ct, args[1]), None),
+)

@@ -7,7 +7,9 @@ from typing import Any
 import numpy as np
 
 from minigrad.function import Primitive
+from minigrad.ops.dtypes import Cast
 from minigrad.ops.dual import exp, expand, log, reduce_sum, value
+from minigrad.ops.rulekit import P, cmp, rules_for, shift_axis, where0
 from minigrad.tensor import Tensor
 
 
@@ -163,3 +165,106 @@ class LogSumExp(Primitive):
         else:
             lse = ctx.out
         return expand(g.reshape(ctx.kept), ctx.in_shape) * exp(a - lse), None, None
+
+
+class FirstMax(Primitive):
+    """A one-hot boolean mask of the first arg-max along ``axis`` (or over all), a's shape:
+    where Max sends its gradient. No gradient of its own (used by Max's jvp rule)."""
+
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx, a, axis):
+        mask = np.zeros(a.shape, dtype=bool)
+        if a.size == 0:
+            return mask
+        if axis is None:
+            mask.flat[np.argmax(a)] = True
+        else:
+            np.put_along_axis(mask, np.expand_dims(np.argmax(a, axis=axis), axis), True, axis)
+        return mask
+
+    @staticmethod
+    def backward(ctx, g):
+        return None, None
+
+
+# ----------------------------------------------------------------------------- rules
+def _vmap_reduction(prim):
+    """Reductions over (axis, ...): the example axes move one up; axis None means every
+    example axis (Max and FirstMax, which take one axis, flatten the example first)."""
+
+    def rule(size, args, batched):
+        a, axis, *rest = args
+        nd = a.ndim - 1
+        if axis is None and prim in (Max, FirstMax):
+            flat = P["Reshape"].apply(a, (size, -1))
+            out = prim.apply(flat, 1, *rest)
+            if prim is FirstMax:
+                return P["Reshape"].apply(out, a.shape)
+            return P["Reshape"].apply(out, (size,) + ((1,) * nd if rest[0] else ()))
+        return prim.apply(a, shift_axis(axis, nd), *rest)
+
+    return rule
+
+
+def _sum_like_jvp(prim):
+    def rule(args, tans):
+        return prim.apply(*args), prim.apply(tans[0], *args[1:])
+
+    return rule
+
+
+def _sum_transpose(count):
+    def rule(ct, args, linear, avals):
+        shape = avals[0][0]
+        kept = _kept_shape(shape, args[1])
+        g = ct.reshape(kept)
+        if count:
+            g = g / _count(shape, args[1])
+        return (expand(g, shape),) + (None,) * (len(args) - 1)
+
+    return rule
+
+
+def _max_jvp(args, tans):
+    a, axis, keepdims = args
+    out = Max.apply(a, axis, keepdims)
+    mask = FirstMax.apply(a, axis)
+    return out, Sum.apply(where0(mask, tans[0]), axis, keepdims)
+
+
+def _amax_jvp(args, tans):
+    a, axis, keepdims = args[:3]
+    out = AMax.apply(*args)
+    top = AMax.apply(a, axis, True)
+    hits = Cast.apply(cmp(a, top, "eq"), a.dtype)
+    weights = hits / Sum.apply(hits, axis, True)
+    return out, Sum.apply(tans[0] * weights, axis, keepdims)
+
+
+def _var_jvp(args, tans):
+    a, axis, correction, keepdims = args
+    out = Var.apply(*args)
+    n = _count(a.shape, axis)
+    centred = a - Mean.apply(a, axis, True)
+    scale = 2.0 / max(n - correction, 0) if n - correction > 0 else float("inf")
+    return out, Sum.apply(tans[0] * centred, axis, keepdims) * scale
+
+
+def _lse_jvp(args, tans):
+    a, axis, keepdims = args
+    out = LogSumExp.apply(*args)
+    lse = LogSumExp.apply(a, axis, True)
+    return out, Sum.apply(tans[0] * exp(a - lse), axis, keepdims)
+
+
+for _prim in (Sum, Mean, Max, AMax, Var, LogSumExp, FirstMax):
+    rules_for(_prim, vmap=_vmap_reduction(_prim))
+rules_for(Sum, jvp=_sum_like_jvp(Sum), transpose=_sum_transpose(False))
+rules_for(Mean, jvp=_sum_like_jvp(Mean), transpose=_sum_transpose(True))
+rules_for(Max, jvp=_max_jvp)
+rules_for(AMax, jvp=_amax_jvp)
+rules_for(Var, jvp=_var_jvp)
+rules_for(LogSumExp, jvp=_lse_jvp)
+rules_for(FirstMax, jvp=lambda args, tans: (FirstMax.apply(*args), None))

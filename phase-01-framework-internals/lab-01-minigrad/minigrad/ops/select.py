@@ -8,7 +8,18 @@ from typing import Any
 import numpy as np
 
 from minigrad.function import Primitive
-from minigrad.ops.dual import cast, reduce_sum, sum_to
+from minigrad.ops.dual import cast, reduce_sum, sum_to, value
+from minigrad.ops.rulekit import (
+    P,
+    align,
+    bcast,
+    ex_ndim,
+    linear_jvp,
+    rules_for,
+    tangent_sum,
+    to_batched,
+    zeros,
+)
 from minigrad.ops.shape import IndexBackward, _Scratch
 from minigrad.tensor import Tensor, _norm_dim
 
@@ -177,3 +188,137 @@ class Embedding(Primitive):
 def gather(x: Tensor, dim: int, index: Any) -> Tensor:
     idx = index.data if isinstance(index, Tensor) else np.asarray(index)
     return Gather.apply(x, _norm_dim(dim, x.ndim) if x.ndim else 0, idx)
+
+
+# ----------------------------------------------------------------------------- rules
+def _join_vmap(prim):
+    """cat/stack: every piece gets the batch dim (unbatched ones repeated), dim moves up."""
+
+    def rule(size, args, batched):
+        dim, *xs = args
+        pieces = [to_batched(x, b, size) for x, b in zip(xs, batched[1:], strict=True)]
+        return prim.apply(dim + 1, *pieces)
+
+    return rule
+
+
+def _join_jvp(prim):
+    def rule(args, tans):
+        dim, *xs = args
+        out = prim.apply(*args)
+        ts = [t if t is not None else zeros(x) for x, t in zip(xs, tans[1:], strict=True)]
+        return out, prim.apply(dim, *ts)
+
+    return rule
+
+
+def _cat_transpose(ct, args, linear, avals):
+    dim, start, cts = args[0], 0, [None]
+    for lin, aval in zip(linear[1:], avals[1:], strict=True):
+        size = 0 if aval[0] == (0,) and ct.ndim > 1 else aval[0][dim]
+        cts.append(ct[_along(dim, ct.ndim, slice(start, start + size))] if lin else None)
+        start += size
+    return tuple(cts)
+
+
+def _stack_transpose(ct, args, linear, avals):
+    dim = args[0]
+    return (None,) + tuple(
+        ct[_along(dim, ct.ndim, i)] if lin else None for i, lin in enumerate(linear[1:])
+    )
+
+
+def _scatter_add(g: Any, shape: tuple, dim: int, index: Any) -> Any:
+    """Gather's transpose: ScatterAdd with the key Gather's forward computes from ``index``."""
+    idx = np.asarray(value(index))
+    i1 = idx.reshape(idx.shape or (1,))
+    key = None if idx.size == 0 else _gather_key(i1 % max((shape or (1,))[dim], 1), dim)
+    return ScatterAdd.apply(g, shape, dim, index, key)
+
+
+def _gather_vmap(size, args, batched):
+    a, dim, index = args
+    a, index = to_batched(a, batched[0], size), to_batched(index, batched[2], size)
+    return Gather.apply(a, dim + 1, index)
+
+
+def _scatter_vmap(size, args, batched):
+    g, shape, dim, index, _ = args
+    g, index = to_batched(g, batched[0], size), to_batched(index, batched[3], size)
+    return _scatter_add(g, (size,) + tuple(shape), dim + 1, index)
+
+
+def _masked_fill_vmap(size, args, batched):
+    a, mask, fill = args
+    if not batched[2]:
+        rank = max(ex_ndim(a, batched[0]), ex_ndim(mask, batched[1]))
+        return MaskedFill.apply(align(a, batched[0], rank), align(mask, batched[1], rank), fill)
+    rank = max(ex_ndim(a, batched[0]), ex_ndim(mask, batched[1]))
+    fill = P["Cast"].apply(align(fill, True, rank), a.dtype)
+    mask, a = align(mask, batched[1], rank), align(a, batched[0], rank)
+    return P["Where"].apply(mask, fill, a)
+
+
+def _masked_fill_jvp(args, tans):
+    a, mask, fill = args
+    out = MaskedFill.apply(*args)
+    ta, _, tv = tans
+    terms = [None if ta is None else MaskedFill.apply(ta, mask, 0.0)]
+    if tv is not None:
+        terms.append(P["Where"].apply(mask, tv, 0.0))
+    return out, bcast(tangent_sum(terms, out.shape), out.shape)
+
+
+def _masked_fill_transpose(ct, args, linear, avals):
+    a, mask, _ = args
+    ga = sum_to(MaskedFill.apply(ct, mask, 0.0), avals[0][0]) if linear[0] else None
+    gv = P["Sum"].apply(P["Where"].apply(mask, ct, 0.0), None, False) if linear[2] else None
+    return ga, None, gv
+
+
+def _embedding_vmap(size, args, batched):
+    ids, weight, pad = args
+    if not batched[1]:
+        return Embedding.apply(ids, weight, pad)
+    ids = np.asarray(value(to_batched(ids, batched[0], size)))
+    rows = np.arange(size).reshape((size,) + (1,) * (ids.ndim - 1))
+    return P["Index"].apply(weight, (rows, ids))
+
+
+def _embedding_transpose(ct, args, linear, avals):
+    ids, _, pad = args
+    shape = avals[1][0]
+    gw = IndexBackward.apply(ct, shape, np.asarray(value(ids)))
+    if pad is not None:  # as torch: the padding row gets no gradient
+        keep = np.ones((shape[0],) + (1,) * (len(shape) - 1), dtype=bool)
+        keep[pad] = False
+        gw = P["Where"].apply(keep, gw, 0.0)
+    return None, gw, None
+
+
+rules_for(Cat, vmap=_join_vmap(Cat), jvp=_join_jvp(Cat), transpose=_cat_transpose)
+rules_for(Stack, vmap=_join_vmap(Stack), jvp=_join_jvp(Stack), transpose=_stack_transpose)
+rules_for(
+    Gather,
+    vmap=_gather_vmap,
+    jvp=linear_jvp(Gather, (0,)),
+    transpose=lambda ct, args, lin, avals: (_scatter_add(ct, avals[0][0], *args[1:]), None, None),
+)
+rules_for(
+    ScatterAdd,
+    vmap=_scatter_vmap,
+    jvp=linear_jvp(ScatterAdd, (0,)),
+    transpose=lambda ct, args, lin, avals: (Gather.apply(ct, args[2], args[3]),) + (None,) * 4,
+)
+rules_for(
+    MaskedFill,
+    vmap=_masked_fill_vmap,
+    jvp=_masked_fill_jvp,
+    transpose=_masked_fill_transpose,
+)
+rules_for(
+    Embedding,
+    vmap=_embedding_vmap,
+    jvp=linear_jvp(Embedding, (1,)),
+    transpose=_embedding_transpose,
+)

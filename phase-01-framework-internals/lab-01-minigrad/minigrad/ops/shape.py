@@ -13,6 +13,7 @@ from minigrad.ops.dual import (
     permute,
     sum_to,
 )
+from minigrad.ops.rulekit import P, align, rules_for
 from minigrad.tensor import Tensor, _norm_dim
 
 
@@ -86,6 +87,7 @@ class Index(Primitive):
     """``a[key]``: basic indexing (ints, slices, None, ...) and integer-array indexing."""
 
     may_view = True  # basic indexing returns a view; integer-array indexing a copy
+    shape_from_values = (1,)  # a boolean key's count of True decides the output shape
 
     @staticmethod
     def forward(ctx, a, key):
@@ -170,3 +172,98 @@ def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
         return Index.apply(x.reshape(1), (idx.reshape(-1),)).reshape(())
     d = _norm_dim(dim, x.ndim)
     return Index.apply(x, (slice(None),) * d + (idx.reshape(-1),))
+
+
+# ----------------------------------------------------------------------------- rules
+def _example_shape(shape: tuple[int, ...], size: int) -> tuple[int, ...]:
+    """``shape`` with a -1 resolved for an example of ``size`` elements."""
+    return np.empty(size, dtype=np.int8).reshape(shape).shape if -1 in shape else tuple(shape)
+
+
+def _reshape_vmap(size, args, batched):
+    a, shape = args
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    ex = _example_shape(shape, int(np.prod(a.shape[1:], dtype=np.int64)))
+    return Reshape.apply(a, (size,) + ex)
+
+
+def _permute_vmap(size, args, batched):
+    a, axes = args
+    return Permute.apply(a, (0,) + tuple(ax % len(axes) + 1 for ax in axes))
+
+
+def _broadcast_vmap(size, args, batched):
+    a, shape = args
+    return BroadcastTo.apply(align(a, True, len(shape)), (size,) + tuple(shape))
+
+
+def _sum_to_vmap(size, args, batched):
+    a, shape = args
+    lead = a.ndim - 1 - len(shape)
+    if lead:
+        a = P["Sum"].apply(a, tuple(range(1, lead + 1)), False)
+    return SumTo.apply(a, (size,) + tuple(shape))
+
+
+def _batched_key(key: Any) -> tuple | None:
+    """The index key of a batched value, or None where NumPy would move the indexed dims
+    (advanced indices split by a slice), which the per-example fallback handles."""
+    key = key if isinstance(key, tuple) else (key,)
+    advanced = [i for i, k in enumerate(key) if isinstance(k, (np.ndarray, list, Tensor))]
+    if advanced and advanced[-1] - advanced[0] + 1 != len(advanced):
+        return None
+    return (slice(None),) + key
+
+
+def _per_example(prim, size, args, batched):
+    outs = [
+        prim.apply(*[Index.apply(x, i) if b else x for x, b in zip(args, batched, strict=True)])
+        for i in range(size)
+    ]
+    return P["Stack"].apply(0, *outs)
+
+
+def _index_vmap(size, args, batched):
+    a, key = args
+    new_key = None if batched[1] else _batched_key(_unwrap_key(key))
+    if new_key is None:
+        return _per_example(Index, size, args, batched)
+    return Index.apply(a, new_key)
+
+
+def _index_backward_vmap(size, args, batched):
+    g, shape, key = args
+    new_key = None if batched[2] else _batched_key(key)
+    if new_key is None or not batched[0]:
+        return _per_example(IndexBackward, size, args, batched)
+    return IndexBackward.apply(g, (size,) + tuple(shape), new_key)
+
+
+def _linear_rules(prim, transpose, vmap):
+    from minigrad.ops.rulekit import linear_jvp
+
+    rules_for(prim, vmap=vmap, jvp=linear_jvp(prim, (0,)), transpose=transpose)
+
+
+_linear_rules(
+    Reshape, lambda ct, args, lin, avals: (Reshape.apply(ct, avals[0][0]), None), _reshape_vmap
+)
+_linear_rules(
+    Permute,
+    lambda ct, args, lin, avals: (Permute.apply(ct, tuple(np.argsort(args[1]))), None),
+    _permute_vmap,
+)
+_linear_rules(
+    BroadcastTo, lambda ct, args, lin, avals: (sum_to(ct, avals[0][0]), None), _broadcast_vmap
+)
+_linear_rules(SumTo, lambda ct, args, lin, avals: (expand(ct, avals[0][0]), None), _sum_to_vmap)
+_linear_rules(
+    Index,
+    lambda ct, args, lin, avals: (IndexBackward.apply(ct, avals[0][0], _unwrap_key(args[1])), None),
+    _index_vmap,
+)
+_linear_rules(
+    IndexBackward,
+    lambda ct, args, lin, avals: (Index.apply(ct, args[2]), None, None),
+    _index_backward_vmap,
+)

@@ -11,6 +11,7 @@ from minigrad.ops.dual import (
     reduce_sum,
     softmax,
 )
+from minigrad.ops.rulekit import P, rules_for, to_batched
 from minigrad.tensor import Tensor
 
 
@@ -102,3 +103,66 @@ class CrossEntropy(Primitive):
         d[ctx.rows, ctx.target] -= 1
         d *= g * ctx.scale
         return d, None, None
+
+
+# ----------------------------------------------------------------------------- rules
+def _softmax_vmap(prim):
+    def rule(size, args, batched):
+        a, axis = args
+        if a.ndim == 1:  # 0-dim examples: softmax over a dim of one
+            return P["Reshape"].apply(prim.apply(P["Reshape"].apply(a, (size, 1)), 1), (size,))
+        return prim.apply(a, axis % (a.ndim - 1) + 1)
+
+    return rule
+
+
+def _softmax_jvp(args, tans):
+    a, axis = args
+    y = Softmax.apply(a, axis)
+    t = tans[0]
+    return y, y * (t - P["Sum"].apply(t * y, axis, True))
+
+
+def _log_softmax_jvp(args, tans):
+    a, axis = args
+    out = LogSoftmax.apply(a, axis)
+    t = tans[0]
+    return out, t - P["Sum"].apply(exp(out) * t, axis, True)
+
+
+def _picked(values, target):
+    """values[i, target[i]] for each row, as a (traceable) Gather."""
+    index = P["Reshape"].apply(target, (-1, 1)) if isinstance(target, Tensor) else None
+    if index is None:
+        index = np.asarray(target).reshape(-1, 1)
+    return P["Gather"].apply(values, values.ndim - 1, index)
+
+
+def _cross_entropy_vmap(size, args, batched):
+    """Per example: -sum_i log_softmax(logits)[i, target[i]] * scale."""
+    logits, target, reduction = args
+    logits = to_batched(logits, batched[0], size)
+    target = to_batched(target, batched[1], size)
+    n = logits.shape[1]
+    lsm = LogSoftmax.apply(logits, 2)
+    idx = P["Reshape"].apply(target, (size, n, 1)) if isinstance(target, Tensor) else None
+    if idx is None:
+        idx = np.asarray(target).reshape(size, n, 1)
+    picked = P["Gather"].apply(lsm, 2, idx)
+    scale = (1.0 / n if n else float("nan")) if reduction == "mean" else 1.0
+    return P["Sum"].apply(picked, (1, 2), False) * -scale
+
+
+def _cross_entropy_jvp(args, tans):
+    logits, target, reduction = args
+    out = CrossEntropy.apply(*args)
+    t = tans[0]
+    n = logits.shape[0]
+    scale = (1.0 / n if n else float("nan")) if reduction == "mean" else 1.0
+    expected = P["Sum"].apply(softmax(logits, 1) * t, None, False)
+    return out, (expected - P["Sum"].apply(_picked(t, target), None, False)) * scale
+
+
+rules_for(Softmax, vmap=_softmax_vmap(Softmax), jvp=_softmax_jvp)
+rules_for(LogSoftmax, vmap=_softmax_vmap(LogSoftmax), jvp=_log_softmax_jvp)
+rules_for(CrossEntropy, vmap=_cross_entropy_vmap, jvp=_cross_entropy_jvp)

@@ -1,0 +1,31 @@
+"""minigrad.func: composable transformations with torch.func's names (vmap, grad, jvp, vjp,
+jacrev, jacfwd, hessian) plus make_ir / to_stablehlo / jit.
+
+Each is an interpreter over a traced IR (minigrad.tracing) and a per-primitive rule table
+registered beside the ops (minigrad.ops.*, "vmap", "jvp", "transpose", "lower"); the engine
+and the ops' forward/backward know nothing about them. See HITCHHIKERS-GUIDE.md.
+"""
+
+from minigrad.func.autodiff import grad, grad_and_value, hessian, jacfwd, jacrev, jvp, vjp
+from minigrad.func.ir import eval_ir, make_ir
+from minigrad.func.pytree import tree_flatten, tree_map, tree_unflatten
+from minigrad.func.vmap import vmap
+from minigrad.tracing import IR, TracingError
+
+__all__ = [
+    "IR",
+    "TracingError",
+    "eval_ir",
+    "grad",
+    "grad_and_value",
+    "hessian",
+    "jacfwd",
+    "jacrev",
+    "jvp",
+    "make_ir",
+    "tree_flatten",
+    "tree_map",
+    "tree_unflatten",
+    "vjp",
+    "vmap",
+]

@@ -1,0 +1,138 @@
+"""vmap's semantics (torch.func's): in_axes/out_axes, pytrees, nesting, user Functions,
+randomness, and the compositions vmap(grad), vmap(jvp), jacfwd(jacrev), grad(grad)."""
+
+from __future__ import annotations
+
+import warnings
+
+import minigrad
+import minigrad.nn.functional as mF
+import numpy as np
+import pytest
+import torch
+import torch.func as tf
+from minigrad import func as mf
+from minigrad_harness.scenarios import Swish
+from minigrad_harness.testing import relative_error
+
+TOL = 1e-10
+rng = np.random.default_rng(0)
+
+
+def close(m, t, tol=TOL):
+    t = t.detach().numpy() if isinstance(t, torch.Tensor) else t
+    assert relative_error(m.data, t) < tol
+
+
+def test_in_axes_none_and_nonzero_and_out_axes():
+    x, w = rng.standard_normal((4, 3, 5)), rng.standard_normal((4, 2))
+
+    def f(lib):
+        return lambda x, w: x.sum(0).tanh()[:2] * w[0]
+
+    m = mf.vmap(f(minigrad), in_axes=(2, None), out_axes=1)(minigrad.tensor(x), minigrad.tensor(w))
+    t = tf.vmap(f(torch), in_dims=(2, None), out_dims=1)(torch.tensor(x), torch.tensor(w))
+    assert m.shape == tuple(t.shape) == (2, 5)
+    close(m, t)
+
+
+def test_pytrees_in_and_out():
+    params = {"w": rng.standard_normal((3, 2)), "b": rng.standard_normal(2)}
+    xs = [rng.standard_normal((6, 3)), rng.standard_normal((6, 3))]
+
+    def f(p, pair):
+        y = (pair[0] + pair[1]) @ p["w"] + p["b"]
+        return {"y": y, "n": (y * y).sum()}
+
+    m_params = {k: minigrad.tensor(v) for k, v in params.items()}
+    t_params = {k: torch.tensor(v) for k, v in params.items()}
+    m = mf.vmap(f, in_axes=({"w": None, "b": None}, 0))(m_params, [minigrad.tensor(x) for x in xs])
+    t = tf.vmap(f, in_dims=({"w": None, "b": None}, 0))(t_params, [torch.tensor(x) for x in xs])
+    close(m["y"], t["y"])
+    close(m["n"], t["n"])
+
+
+def test_nested_vmap_is_an_outer_product():
+    a, b = rng.standard_normal((3, 4)), rng.standard_normal((5, 4))
+    inner = mf.vmap(lambda x, y: (x * y).sum(), in_axes=(None, 0))
+    m = mf.vmap(inner, in_axes=(0, None))(minigrad.tensor(a), minigrad.tensor(b))
+    close(m, a @ b.T)
+
+
+def test_user_function_without_batching_rule_loops_with_one_warning():
+    x = rng.standard_normal((4, 3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out1 = mf.vmap(Swish.apply)(minigrad.tensor(x))
+        out2 = mf.vmap(Swish.apply)(minigrad.tensor(x))
+    named = [w for w in caught if "Swish" in str(w.message)]
+    assert len(named) <= 1  # once per process (an earlier test may have seen it already)
+    expected = x / (1 + np.exp(-x))
+    assert relative_error(out1.data, expected) < TOL and relative_error(out2.data, expected) < TOL
+
+
+def test_randomness_error_and_same():
+    x = minigrad.tensor(rng.standard_normal((4, 6)))
+    with pytest.raises(RuntimeError, match="randomness='same'"):
+        mf.vmap(lambda v: mF.dropout(v, 0.5))(x)
+    out = mf.vmap(lambda v: mF.dropout(v, 0.5), randomness="same")(x)
+    kept = (out.data != 0) == (out.data[0] != 0)  # one mask for every example
+    assert kept.all()
+
+
+def test_data_dependent_branch_and_shape_are_clear_errors():
+    x = minigrad.tensor(rng.standard_normal(5))
+    with pytest.raises(mf.TracingError, match="data-dependent"):
+        mf.vmap(lambda v: v * 2 if v.sum() > 0 else v)(minigrad.tensor(rng.standard_normal((2, 5))))
+    with pytest.raises(mf.TracingError, match="Index"):
+        mf.grad(lambda v: v[v > 0].sum())(x)
+
+
+def _torch_and_minigrad(fn_m, fn_t, *arrays):
+    return fn_m(*map(minigrad.tensor, arrays)), fn_t(*map(torch.tensor, arrays))
+
+
+def test_compositions_agree_with_torch_func():
+    x, v = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+
+    f_m = lambda x: (x.tanh() * x).sum()  # noqa: E731
+    f_t = lambda x: (torch.tanh(x) * x).sum()  # noqa: E731
+    # jacfwd(jacrev(f)) is the Hessian
+    m, t = _torch_and_minigrad(mf.jacfwd(mf.jacrev(f_m)), tf.jacfwd(tf.jacrev(f_t)), x)
+    close(m, t)
+    # vmap(jvp(...)): a batch of directional derivatives
+    g_m = lambda t_: mf.jvp(lambda y: y.tanh() * y, (minigrad.tensor(x[0]),), (t_,))[1]  # noqa: E731
+    g_t = lambda t_: tf.jvp(lambda y: torch.tanh(y) * y, (torch.tensor(x[0]),), (t_,))[1]  # noqa: E731
+    m, t = _torch_and_minigrad(mf.vmap(g_m), tf.vmap(g_t), v)
+    close(m, t)
+    # grad(grad(f)) on a scalar
+    s = np.array(0.7)
+    m, t = _torch_and_minigrad(
+        mf.grad(mf.grad(lambda y: y.tanh() * y.exp())),
+        tf.grad(tf.grad(lambda y: torch.tanh(y) * torch.exp(y))),
+        s,
+    )
+    close(m, t)
+
+
+def test_grad_argnums_and_has_aux():
+    x, w = rng.standard_normal(3), rng.standard_normal(3)
+
+    def f(lib):
+        def loss(x, w):
+            y = (x * w).sum()
+            return y * y, y
+
+        return loss
+
+    (gx, gw), aux = mf.grad(f(minigrad), argnums=(0, 1), has_aux=True)(
+        minigrad.tensor(x), minigrad.tensor(w)
+    )
+    (tx, tw), taux = tf.grad(f(torch), argnums=(0, 1), has_aux=True)(
+        torch.tensor(x), torch.tensor(w)
+    )
+    close(gx, tx)
+    close(gw, tw)
+    close(aux, taux)
+    with pytest.raises(RuntimeError, match="one-element"):
+        mf.grad(lambda x: x * 2)(minigrad.tensor(x))
