@@ -27,7 +27,13 @@ def _command(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
 
 
 def _settings(args: argparse.Namespace):
+    import torch
+
     from inference_pipeline.generation.train import TrainSettings
+
+    # One thread: on a shared, oversubscribed CPU a second thread mostly spin-waits (a small
+    # model's greedy loop measured ~18x slower with two threads than with one).
+    torch.set_num_threads(1)
 
     try:
         return TrainSettings(seconds=args.seconds)

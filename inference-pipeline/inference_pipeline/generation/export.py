@@ -87,9 +87,10 @@ def _rename_dims(model_proto: onnx.ModelProto, config: GPTConfig) -> None:
 def export_onnx(model: GPT, onnx_path: Path, program_path: Path | None = None) -> Path:
     """Write ``onnx_path`` (and the ExportedProgram to ``program_path`` when given)."""
     program = export_program(model)
-    if program_path is not None:
-        torch.export.save(program, program_path)
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
+    if program_path is not None:
+        program_path.parent.mkdir(parents=True, exist_ok=True)
+        torch.export.save(program, program_path)
     torch.onnx.export(
         program,
         (),
