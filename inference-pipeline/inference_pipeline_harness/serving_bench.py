@@ -15,7 +15,6 @@ import signal
 import statistics
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -191,11 +190,8 @@ def concurrency_sweep(urls: dict[str, str], model: str, texts: list[str], s: Ben
 
 
 def batcher_overhead(folder: Path, texts: list[str], threads: int) -> dict:
-    """p50 of one text through the batcher (delay 0) vs the same call made directly.
-
-    Also timed: the same call handed to a worker thread without any batcher, because on a
-    busy machine the OS wake-up of a thread (not the batcher's logic) is most of the cost.
-    """
+    """p50 of one text through the batcher (delay 0, and the repository's 2 ms) vs the same
+    call made directly, interleaved text by text so machine noise hits all alike."""
     from inference_pipeline.serving.batcher import DynamicBatcher
     from inference_pipeline.serving.models import load_repository
 
@@ -214,32 +210,22 @@ def batcher_overhead(folder: Path, texts: list[str], threads: int) -> dict:
         await batcher.submit(prepared.data, prepared.rows, prepared.length)
         return time.perf_counter() - begin
 
-    async def hop(pool: ThreadPoolExecutor, text: str) -> float:
-        begin = time.perf_counter()
-        prepared = model.prepare({"TEXT": np.array([text], dtype=object)})
-        await asyncio.get_running_loop().run_in_executor(pool, model.run_batch, 0, [prepared.data])
-        return time.perf_counter() - begin
-
     async def run() -> dict[str, list[float]]:
-        pool = ThreadPoolExecutor(1)
         batchers = {
             "batcher": DynamicBatcher(model.batching, model.run_batch),
             "batcher_delay_2ms": DynamicBatcher(delayed, model.run_batch),
         }
         for batcher in batchers.values():
             await batcher.start()
-        times: dict[str, list[float]] = {"direct": [], "thread_hop": []}
-        times |= {name: [] for name in batchers}
+        times: dict[str, list[float]] = {"direct": [], **{name: [] for name in batchers}}
         for text in texts[:10]:  # warm-up
             direct(text)
         for text in texts:  # interleaved so machine noise hits all three alike
             times["direct"].append(direct(text))
-            times["thread_hop"].append(await hop(pool, text))
             for name, batcher in batchers.items():
                 times[name].append(await through(batcher, text))
         for batcher in batchers.values():
             await batcher.close()
-        pool.shutdown()
         return times
 
     times = asyncio.run(run())
@@ -248,8 +234,6 @@ def batcher_overhead(folder: Path, texts: list[str], threads: int) -> dict:
     return {
         "p50_ms": p50,
         "overhead_ms": p50["batcher"] - p50["direct"],
-        # the part a bare executor hand-off (no batcher) costs on this machine right now
-        "thread_hop_ms": p50["thread_hop"] - p50["direct"],
         "overhead_with_delay_ms": p50["batcher_delay_2ms"] - p50["direct"],
         "samples": len(texts),
         "compute_per_text_ms": per_text,

@@ -59,8 +59,6 @@ def overhead_rows(results: BenchResults) -> list[list[object]]:
     p50 = results.overhead["p50_ms"]
     return [
         ["ONNX Runtime called directly (tokenize + run)", round(p50["direct"], 3), 0.0],
-        ["worker thread hand-off only (no batcher)", round(p50["thread_hop"], 3),
-         round(results.overhead["thread_hop_ms"], 3)],
         ["through the batcher, max_queue_delay 0", round(p50["batcher"], 3),
          round(results.overhead["overhead_ms"], 3)],
         ["through the batcher, max_queue_delay 2 ms", round(p50["batcher_delay_2ms"], 3),

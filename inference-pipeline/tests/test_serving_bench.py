@@ -37,7 +37,7 @@ def test_toy_bench_measures_and_builds_its_report(tmp_path):
     assert results.batching["short"]["batched"]["avg_batch"] >= 1.0
     assert set(results.overhead["compute_per_text_ms"]) == {"batch 1", "batch 8"}
     assert set(results.overhead["p50_ms"]) == {
-        "direct", "thread_hop", "batcher", "batcher_delay_2ms"
+        "direct", "batcher", "batcher_delay_2ms"
     }  # fmt: skip
     lines = serving_report.write_outputs(results, tmp_path)
     assert "vs unbatched" in lines[0]
