@@ -14,6 +14,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -68,44 +69,11 @@ def workload(
     return requests
 
 
-def run_load(
-    engine: ContinuousBatchingEngine | StaticBatchingEngine,
-    requests: list[GenerationRequest],
-    concurrency: int,
+def _summarize(
+    engine, concurrency: int, seconds: float, ttfts: list[float], gaps: list[float], tokens: int
 ) -> RunResult:
-    """C client threads share the request list; each waits for its answer before the next."""
-    runner = EngineRunner(engine).start()
-    handles, errors, lock = [], [], threading.Lock()
-    todo = iter(requests)
-
-    def client() -> None:
-        while True:
-            with lock:
-                request = next(todo, None)
-            if request is None:
-                return
-            try:
-                handle = engine.submit(request)
-            except Exception as exc:  # reported after the run, not lost in a thread
-                errors.append(exc)
-                return
-            handle.wait()
-            with lock:
-                handles.append(handle)
-
-    start = time.perf_counter()
-    clients = [threading.Thread(target=client) for _ in range(concurrency)]
-    for c in clients:
-        c.start()
-    for c in clients:
-        c.join()
-    seconds = time.perf_counter() - start
-    runner.stop()
-    if errors:
-        raise RuntimeError(f"{len(errors)} requests failed; first: {errors[0]}")
-    ttft = np.array([h.timings()[0] for h in handles]) * 1e3
-    itl = np.concatenate([h.timings()[1] for h in handles] + [np.zeros(0)]) * 1e3
-    tokens = sum(len(h.tokens) for h in handles)
+    ttft = np.array(ttfts) * 1e3
+    itl = np.array(gaps) * 1e3
     p = np.percentile
     # KV slots held at the peak against one max_positions-long contiguous cache per batch slot
     if isinstance(engine, ContinuousBatchingEngine):
@@ -115,12 +83,123 @@ def run_load(
     share = held / (concurrency * engine.config.max_positions)
     return RunResult(
         type(engine).__name__.replace("BatchingEngine", "").lower(),
-        concurrency, len(handles), tokens, round(seconds, 2),
-        tokens / seconds, len(handles) / seconds,
+        concurrency, len(ttfts), tokens, round(seconds, 2),
+        tokens / seconds, len(ttfts) / seconds,
         *(float(p(ttft, q)) for q in (50, 90, 99)),
         *(float(p(itl, q)) for q in (50, 90, 99)),
         share,
     )  # fmt: skip
+
+
+def _closed_loop(concurrency: int, requests: list, one: Callable[[object], None]) -> float:
+    """C client threads share the request list; each waits for its answer before the next.
+    Returns the wall time; a failed request fails the run (not lost in a thread)."""
+    errors, lock = [], threading.Lock()
+    todo = iter(requests)
+
+    def client() -> None:
+        while True:
+            with lock:
+                request = next(todo, None)
+            if request is None:
+                return
+            try:
+                one(request)
+            except Exception as exc:
+                errors.append(exc)
+                return
+
+    start = time.perf_counter()
+    clients = [threading.Thread(target=client) for _ in range(concurrency)]
+    for c in clients:
+        c.start()
+    for c in clients:
+        c.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} requests failed; first: {errors[0]!r}")
+    return time.perf_counter() - start
+
+
+def run_load(
+    engine: ContinuousBatchingEngine | StaticBatchingEngine,
+    requests: list[GenerationRequest],
+    concurrency: int,
+) -> RunResult:
+    """In process: clients call the engine directly (timings from the engine's handles)."""
+    runner = EngineRunner(engine).start()
+    handles = []
+
+    def one(request: GenerationRequest) -> None:
+        handle = engine.submit(request)
+        handle.wait()
+        handles.append(handle)
+
+    seconds = _closed_loop(concurrency, requests, one)
+    runner.stop()
+    timings = [h.timings() for h in handles]
+    gaps = [g for _, gs in timings for g in gs]
+    tokens = sum(len(h.tokens) for h in handles)
+    return _summarize(engine, concurrency, seconds, [t for t, _ in timings], gaps, tokens)
+
+
+def run_load_http(
+    engine: ContinuousBatchingEngine | StaticBatchingEngine,
+    requests: list[GenerationRequest],
+    concurrency: int,
+) -> RunResult:
+    """Over HTTP: the routes on a loopback uvicorn, clients read the SSE stream; TTFT and ITL
+    are taken when each event arrives at the client."""
+    import http.client
+    import json
+    import socket
+
+    import uvicorn
+    from fastapi import FastAPI
+    from inference_pipeline.generation.routes import GenerationService, attach
+
+    service = GenerationService(engine).start()
+    app = FastAPI()
+    attach(app, service)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    ttfts, gaps, counts = [], [], []
+
+    def one(request: GenerationRequest) -> None:
+        prompt = request.prompt.decode("utf-8", "replace")
+        budget = engine.config.max_positions - len(prompt.encode())
+        body = {
+            "text_input": prompt,
+            "parameters": {"max_tokens": min(request.max_new_tokens, budget)},
+        }
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        sent = time.perf_counter()
+        conn.request("POST", "/v2/models/bbc_gpt/generate_stream", json.dumps(body))
+        response = conn.getresponse()
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}: {response.read()[:200]!r}")
+        arrivals = []
+        for line in response:
+            if line.startswith(b"data: ") and b'"finish_reason"' not in line:
+                arrivals.append(time.perf_counter())
+        conn.close()
+        ttfts.append(arrivals[0] - sent)
+        gaps.extend(np.diff(arrivals))
+        counts.append(len(arrivals))
+
+    try:
+        seconds = _closed_loop(concurrency, requests, one)
+    finally:
+        service.stop()
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+    return _summarize(engine, concurrency, seconds, ttfts, gaps, sum(counts))
 
 
 def make_engine(kind: str, step: StepFunction, concurrency: int):
@@ -147,6 +226,7 @@ def benchmark(
     requests_per_client: int,
     rounds: int = 1,
     progress=print,
+    over_http: bool = False,
 ) -> list[RunResult]:
     """Per concurrency, ``rounds`` alternating static/continuous runs of the same workload;
     returns the field-wise median per engine."""
@@ -157,7 +237,8 @@ def benchmark(
         runs: dict[str, list[RunResult]] = {"static": [], "continuous": []}
         for round_index in range(rounds):
             for kind in runs:
-                result = run_load(make_engine(kind, step, concurrency), requests, concurrency)
+                load = run_load_http if over_http else run_load
+                result = load(make_engine(kind, step, concurrency), requests, concurrency)
                 progress(
                     f"  round {round_index + 1}/{rounds} {kind:10s} C={concurrency:2d}: "
                     f"{result.tokens_per_s:7.1f} tok/s  TTFT p50 {result.ttft_p50_ms:7.1f} ms  "
@@ -223,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (median)")
     parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads")
     parser.add_argument("--int8", action="store_true", help="serve the INT8 graph")
+    parser.add_argument(
+        "--http", action="store_true", help="through the SSE route on a loopback uvicorn"
+    )
     parser.add_argument("--out", type=Path, default=Path("report/generation"))
     args = parser.parse_args(argv)
     try:
@@ -258,20 +342,27 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.requests_per_client} requests per client, output lengths {OUTPUT_LENGTHS}"
     )
     results = benchmark(
-        step, held_out, sorted(set(concurrencies)), args.requests_per_client, args.rounds
+        step,
+        held_out,
+        sorted(set(concurrencies)),
+        args.requests_per_client,
+        args.rounds,
+        over_http=args.http,
     )
     summary = verdict(results)
     args.out.mkdir(parents=True, exist_ok=True)
-    figure = plot(results, args.out / "generation_batching.png")
+    suffix = "_http" if args.http else ""
+    figure = plot(results, args.out / f"generation_batching{suffix}.png")
     report = {
         "model": str(path),
         "machine": "shared 2-core CPU (other jobs running; compare ratios, not absolutes)",
         "output_lengths": dict(zip(map(str, OUTPUT_LENGTHS), OUTPUT_WEIGHTS, strict=True)),
         "rounds": args.rounds,
+        "transport": "HTTP SSE, loopback uvicorn" if args.http else "in process",
         "results (median of rounds)": [asdict(r) for r in results],
         "verdict": summary,
     }
-    (args.out / "generation_bench.json").write_text(json.dumps(report, indent=2))
+    (args.out / f"generation_bench{suffix}.json").write_text(json.dumps(report, indent=2))
     print(
         f"continuous/static at C=16: {summary['tokens_per_s_speedup']:.2f}x tokens/s, "
         f"p99 ITL ratio {summary['itl_p99_ratio']:.2f} -> target "
