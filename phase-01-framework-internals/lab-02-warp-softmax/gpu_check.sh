@@ -72,7 +72,8 @@ tests() {
   fi
 }
 
-# compute-sanitizer memcheck over every CUDA kernel path (warp_softmax.testing.check_kernel_paths).
+# compute-sanitizer memcheck over every CUDA kernel path (warp_softmax_harness.compare: check_kernel_paths,
+# check_converting_paths).
 # It needs a runtime that exposes the GPU's debugging interface (Firecracker yes, gVisor no):
 # when the tool itself cannot run, say so and do not count it as a kernel failure.
 sanitize() {
@@ -80,8 +81,9 @@ sanitize() {
     echo "compute-sanitizer not found"; return 0
   fi
   local code="import torch, warp_softmax
-from warp_softmax_harness.compare import check_kernel_paths
-print('cases', check_kernel_paths('cuda', (torch.float32, torch.bfloat16, torch.float16)))"
+from warp_softmax_harness.compare import check_converting_paths, check_kernel_paths
+print('cases', check_kernel_paths('cuda', (torch.float32, torch.bfloat16, torch.float16)))
+print('converting cases (dtype=, FP8, log_softmax)', check_converting_paths('cuda'))"
   compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 "$PY" -c "$code" \
     > "$OUT/sanitizer.log" 2>&1
   local rc=$?

@@ -9,6 +9,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <array>
 #include <cstdint>
 
 namespace warp_softmax::cpu {
@@ -33,13 +34,29 @@ template <typename T>
 using BackwardColumns = void (*)(const T* grad_output, const T* output, T* grad_input, int64_t n,
                                  int64_t inner, int64_t col_begin, int64_t col_end);
 
+// log_softmax's backward, dx = g - exp(y) * sum(g), on contiguous rows.
+template <typename T>
+using LogBackwardRows = void (*)(const T* grad_output, const T* output, T* grad_input,
+                                 int64_t rows, int64_t row_length);
+
 template <typename T>
 struct KernelsFor {
   ForwardRows<T> forward_rows;
   BackwardRows<T> backward_rows;
   ForwardColumns<T> forward_columns;
   BackwardColumns<T> backward_columns;
+  LogBackwardRows<T> log_backward_rows;
 };
+
+// The element types the converting kernels read and write (the index into cast_rows).
+enum class Kind : int { Float32, Float64, BFloat16, Float16, Float8E4M3, Float8E5M2 };
+constexpr int kKinds = 6;
+
+// Softmax or log-softmax of contiguous rows read as one element type and written as another
+// (or the same: log_softmax, FP8): each element is widened to float in registers as it is
+// read (FP8 through a 256-entry table), all arithmetic is float32 (float64 when the output is
+// float64), and results are narrowed as they are stored. No separate cast pass.
+using CastRows = void (*)(const void* input, void* output, int64_t rows, int64_t row_length);
 
 // float32 backward outputs of at least this many bytes are written with streaming stores.
 // Below it the output fits in a core's L2 (1 MiB on the machines measured) and its consumer,
@@ -53,6 +70,9 @@ struct KernelTable {
   KernelsFor<double> float64;
   KernelsFor<c10::BFloat16> bfloat16;
   KernelsFor<c10::Half> float16;
+  // [log_softmax][input kind][output kind]; nullptr where a pair has no kernel (input float64
+  // with a narrower output: the dispatcher rounds the input first, as F.softmax's dtype= does).
+  std::array<std::array<std::array<CastRows, kKinds>, kKinds>, 2> cast_rows;
 };
 
 const KernelTable& kernels_default();

@@ -674,16 +674,26 @@ void backward_columns_double(const double* g, const double* y, double* dx, int64
 }
 
 }  // namespace
+}  // namespace warp_softmax::cpu
+
+#include "softmax_cast_kernel.h"  // dtype=, FP8 and log_softmax kernels, built on the above
+
+namespace warp_softmax::cpu {
 
 const KernelTable& WARP_SOFTMAX_KERNEL_TABLE_FN() {
   static const KernelTable table{
       WARP_SOFTMAX_CAPABILITY_NAME,
-      {&forward_float, &backward_float, &forward_columns_float, &backward_columns_float},
-      {&forward_double, &backward_double, &forward_columns_double, &backward_columns_double},
+      {&forward_float, &backward_float, &forward_columns_float, &backward_columns_float,
+       &log_backward_rows<float>},
+      {&forward_double, &backward_double, &forward_columns_double, &backward_columns_double,
+       &log_backward_rows<double>},
       {&forward_reduced<c10::BFloat16>, &backward_reduced<c10::BFloat16>,
-       &forward_columns_reduced<c10::BFloat16>, &backward_columns_reduced<c10::BFloat16>},
+       &forward_columns_reduced<c10::BFloat16>, &backward_columns_reduced<c10::BFloat16>,
+       &log_backward_rows<c10::BFloat16>},
       {&forward_reduced<c10::Half>, &backward_reduced<c10::Half>,
-       &forward_columns_reduced<c10::Half>, &backward_columns_reduced<c10::Half>},
+       &forward_columns_reduced<c10::Half>, &backward_columns_reduced<c10::Half>,
+       &log_backward_rows<c10::Half>},
+      {cast_rows_table<false>(), cast_rows_table<true>()},
   };
   return table;
 }

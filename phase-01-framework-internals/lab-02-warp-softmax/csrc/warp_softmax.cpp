@@ -1,6 +1,8 @@
-// warp_softmax: a softmax operator registered with the PyTorch dispatcher.
+// warp_softmax: softmax and log_softmax operators registered with the PyTorch dispatcher.
 //
-// Everything the op needs lives in this library, so torch.ops.load_library("warp_softmax.so")
+// softmax / log_softmax(Tensor self, int dim=-1, ScalarType? dtype=None): dtype= converts in the
+// kernels (widening on read, narrowing on write), float8_e4m3fn / float8_e5m2 in and out.
+// Everything the ops need lives in this library, so torch.ops.load_library("warp_softmax.so")
 // alone makes it work in a process that never imports the Python package:
 //   TORCH_LIBRARY            the schemas (the op's public contract)
 //   ... CPU                  checks, then the SIMD kernel chosen at run time, rows in parallel
@@ -46,7 +48,12 @@ namespace {
 bool is_supported_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf;
 }
+
+constexpr const char* kForwardTypes =
+    "float32, float64, bfloat16, float16, float8_e4m3fn or float8_e5m2";
 }  // namespace
+
+bool is_fp8(at::ScalarType t) { return t == at::kFloat8_e4m3fn || t == at::kFloat8_e5m2; }
 
 // TypeError, not NotImplementedError: FakeTensor (torch.compile, export) reads a
 // NotImplementedError from a Meta kernel as "this op has no fake kernel" and drops the message.
@@ -57,10 +64,43 @@ void check_dtype(const Tensor& t, const char* op, const char* arg) {
               t.layout());
 }
 
+at::ScalarType forward_output_dtype(const Tensor& self, std::optional<at::ScalarType> dtype,
+                                    const char* op) {
+  const auto in = self.scalar_type();
+  // With dtype=, integer and bool inputs are accepted too (F.softmax casts them first).
+  TORCH_CHECK_TYPE(is_supported_dtype(in) || is_fp8(in) ||
+                       (dtype.has_value() && at::isIntegralType(in, /*includeBool=*/true)),
+                   op, ": self must be ", kForwardTypes,
+                   " (or integer / bool with a floating dtype=), got ", in);
+  TORCH_CHECK(self.layout() == at::kStrided, op,
+              ": self must be a strided (dense) tensor, got ", self.layout());
+  const auto out = dtype.value_or(in);
+  TORCH_CHECK_TYPE(is_supported_dtype(out) || is_fp8(out), op, ": dtype must be ",
+                   kForwardTypes, ", got ", out);
+  return out;
+}
+
+// F.softmax(x, dim, dtype=d) means softmax(x.to(d)): the kernels read x as it is whenever that
+// cast is exact (the same type, a widening one, or FP8 input, exact in every wider type). An
+// FP8 output is the rounded float32 result, F.softmax(x.float(), dim).to(fp8): any input but
+// float64 is read as it is. What is left (float64 in with a narrower out, a narrowing dtype=)
+// is rounded first by ATen, then the kernels run on the rounded copy.
+Tensor kernel_input(const Tensor& self, at::ScalarType out) {
+  const auto in = self.scalar_type();
+  const bool widening = (in == at::kFloat && out == at::kDouble) ||
+                        ((in == at::kBFloat16 || in == at::kHalf) &&
+                         (out == at::kFloat || out == at::kDouble));
+  const bool floating = in == at::kDouble || in == at::kFloat || in == at::kBFloat16 ||
+                        in == at::kHalf || is_fp8(in);
+  if (floating && (in == out || widening || is_fp8(in) || (is_fp8(out) && in != at::kDouble))) {
+    return self;
+  }
+  return self.to(is_fp8(out) ? at::kFloat : out);
+}
+
 int64_t wrap_dim(const Tensor& t, int64_t dim) { return c10::maybe_wrap_dim(dim, t.dim()); }
 
-void check_backward_inputs(const Tensor& grad_output, const Tensor& output) {
-  constexpr const char* op = "warp_softmax::softmax_backward";
+void check_backward_inputs(const Tensor& grad_output, const Tensor& output, const char* op) {
   check_dtype(grad_output, op, "grad_output");
   check_dtype(output, op, "output");
   TORCH_CHECK(grad_output.scalar_type() == output.scalar_type(), op,
@@ -78,6 +118,20 @@ Tensor with_dim_last(const Tensor& t, int64_t dim) {
   if (t.dim() == 0) return t.reshape({1});
   return t.movedim(dim, -1).contiguous();
 }
+
+namespace {
+// Runs `rows_fn(x, y)` on `x` / `y` with the softmax dimension last and contiguous: the tensors
+// themselves when `d` is already last (y = output), else a moved copy of `input` and a scratch
+// output that is copied back into `output` (moved back) afterwards.
+template <typename Fn>
+void with_rows(const Tensor& input, Tensor& output, int64_t d, const Fn& rows_fn) {
+  const bool last = input.dim() == 0 || d == input.dim() - 1;
+  const Tensor x = last ? input.contiguous() : with_dim_last(input, d);
+  Tensor y = last ? output : at::empty(x.sizes(), output.options());
+  rows_fn(x, y);
+  if (!last) output.copy_(y.movedim(-1, d));
+}
+}  // namespace
 
 namespace {
 
@@ -132,6 +186,7 @@ const cpu::KernelTable& choose_kernels() {
   }
   TORCH_CHECK(false, "warp_softmax: WARP_SOFTMAX_CPU_CAPABILITY=", *requested,
               " is not available in this build on this CPU; choose one of: ", names);
+  return *tables.front();  // not reached (TORCH_CHECK throws); -O0 builds cannot tell
 }
 
 const cpu::KernelTable& cpu_kernels() {
@@ -232,17 +287,25 @@ bool use_streaming_stores(const void* data, int64_t nbytes) {
 // CPU kernels (the dispatcher's CPU key).
 // ---------------------------------------------------------------------------------------------
 
-Tensor softmax_cpu(const Tensor& self, int64_t dim) {
-  check_dtype(self, "warp_softmax::softmax", "self");
-  TORCH_CHECK(self.device().is_cpu(), "warp_softmax::softmax: the CPU kernel got a tensor on ",
-              self.device());
-  const int64_t d = wrap_dim(self, dim);
-  Tensor output = at::empty(self.sizes(), self.options());  // contiguous, as F.softmax's
-  if (self.numel() == 0) return output;
-  const Tensor input = self.contiguous();  // a no-op when it already is
+cpu::Kind kind_of(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return cpu::Kind::Float32;
+    case at::kDouble: return cpu::Kind::Float64;
+    case at::kBFloat16: return cpu::Kind::BFloat16;
+    case at::kHalf: return cpu::Kind::Float16;
+    case at::kFloat8_e4m3fn: return cpu::Kind::Float8E4M3;
+    case at::kFloat8_e5m2: return cpu::Kind::Float8E5M2;
+    default: TORCH_CHECK(false, "warp_softmax: no CPU kernel reads or writes ", t);
+  }
+  return cpu::Kind::Float32;  // not reached (TORCH_CHECK throws)
+}
+
+// softmax with the same input and output type (no dtype=): the original kernels, which also
+// handle a non-last dimension in place (columns) instead of moving it last.
+void softmax_same_type_cpu(const Tensor& input, Tensor& output, int64_t d) {
   const Geometry g = geometry(input, d);
   const auto& table = cpu_kernels();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, self.scalar_type(), "softmax_cpu", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, input.scalar_type(), "softmax_cpu", [&] {
     const auto& k = kernels_for<scalar_t>(table);
     const scalar_t* x = input.const_data_ptr<scalar_t>();
     scalar_t* y = output.mutable_data_ptr<scalar_t>();
@@ -254,7 +317,65 @@ Tensor softmax_cpu(const Tensor& self, int64_t dim) {
           k.forward_columns(x + slice * slice_size, y + slice * slice_size, g.n, g.inner, c0, c1);
         });
   });
+}
+
+// softmax / log_softmax of contiguous rows through the converting kernels (kernel_table.h,
+// cast_rows): dtype=, FP8, and every log_softmax.
+void cast_rows_cpu(const Tensor& x, Tensor& y, bool log) {
+  const auto fn = cpu_kernels().cast_rows[log][static_cast<int>(kind_of(x.scalar_type()))]
+                                         [static_cast<int>(kind_of(y.scalar_type()))];
+  TORCH_CHECK(fn != nullptr, "warp_softmax: no CPU kernel from ", x.scalar_type(), " to ",
+              y.scalar_type());
+  const int64_t n = x.dim() == 0 ? 1 : x.size(-1);
+  const auto* in = static_cast<const char*>(x.const_data_ptr());
+  auto* out = static_cast<char*>(y.mutable_data_ptr());
+  const int64_t in_row = n * x.element_size(), out_row = n * y.element_size();
+  at::parallel_for(0, x.numel() / n, tasks_per_grain(n), [&](int64_t begin, int64_t end) {
+    fn(in + begin * in_row, out + begin * out_row, end - begin, n);
+  });
+}
+
+template <bool kLog>
+Tensor forward_cpu(const Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  const char* op = kLog ? "warp_softmax::log_softmax" : "warp_softmax::softmax";
+  const at::ScalarType out_type = forward_output_dtype(self, dtype, op);
+  TORCH_CHECK(self.device().is_cpu(), op, ": the CPU kernel got a tensor on ", self.device());
+  const int64_t d = wrap_dim(self, dim);
+  Tensor output = at::empty(self.sizes(), self.options().dtype(out_type));  // contiguous
+  if (self.numel() == 0) return output;
+  const Tensor input = kernel_input(self, out_type);
+  if (!kLog && input.scalar_type() == out_type && !is_fp8(out_type)) {
+    softmax_same_type_cpu(input.contiguous(), output, d);  // contiguous(): a no-op when it is
+  } else {
+    with_rows(input, output, d, [](const Tensor& x, Tensor& y) { cast_rows_cpu(x, y, kLog); });
+  }
   return output;
+}
+
+Tensor log_softmax_backward_cpu(const Tensor& grad_output, const Tensor& output, int64_t dim) {
+  check_backward_inputs(grad_output, output, "warp_softmax::log_softmax_backward");
+  TORCH_CHECK(output.device().is_cpu(),
+              "warp_softmax::log_softmax_backward: the CPU kernel got a tensor on ",
+              output.device());
+  const int64_t d = wrap_dim(output, dim);
+  Tensor grad_input = at::empty(output.sizes(), output.options());
+  if (output.numel() == 0) return grad_input;
+  const bool last = output.dim() == 0 || d == output.dim() - 1;
+  const Tensor g = last ? grad_output.contiguous() : with_dim_last(grad_output, d);
+  with_rows(output, grad_input, d, [&](const Tensor& y, Tensor& dx) {
+    const int64_t n = y.dim() == 0 ? 1 : y.size(-1);
+    AT_DISPATCH_FLOATING_TYPES_AND2(
+        at::kBFloat16, at::kHalf, y.scalar_type(), "log_softmax_backward_cpu", [&] {
+          const auto& k = kernels_for<scalar_t>(cpu_kernels());
+          const scalar_t* gp = g.const_data_ptr<scalar_t>();
+          const scalar_t* yp = y.const_data_ptr<scalar_t>();
+          scalar_t* dxp = dx.mutable_data_ptr<scalar_t>();
+          at::parallel_for(0, y.numel() / n, tasks_per_grain(n), [&](int64_t b, int64_t e) {
+            k.log_backward_rows(gp + b * n, yp + b * n, dxp + b * n, e - b, n);
+          });
+        });
+  });
+  return grad_input;
 }
 
 Tensor softmax_backward_cpu(const Tensor& grad_output, const Tensor& output, int64_t dim) {
@@ -296,14 +417,18 @@ Tensor softmax_backward_cpu(const Tensor& grad_output, const Tensor& output, int
 // FakeTensors whose sizes may be symbolic (dynamic=True), hence sym_sizes / empty_symint.
 // ---------------------------------------------------------------------------------------------
 
-Tensor softmax_meta(const Tensor& self, int64_t dim) {
-  check_dtype(self, "warp_softmax::softmax", "self");
+template <bool kLog>
+Tensor forward_meta(const Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  const auto out = forward_output_dtype(
+      self, dtype, kLog ? "warp_softmax::log_softmax" : "warp_softmax::softmax");
   wrap_dim(self, dim);
-  return at::empty_symint(self.sym_sizes(), self.options());
+  return at::empty_symint(self.sym_sizes(), self.options().dtype(out));
 }
 
-Tensor softmax_backward_meta(const Tensor& grad_output, const Tensor& output, int64_t dim) {
-  check_backward_inputs(grad_output, output);
+template <bool kLog>
+Tensor backward_meta(const Tensor& grad_output, const Tensor& output, int64_t dim) {
+  check_backward_inputs(grad_output, output,
+                        kLog ? "warp_softmax::log_softmax_backward" : "warp_softmax::softmax_backward");
   wrap_dim(output, dim);
   return at::empty_symint(output.sym_sizes(), output.options());
 }
@@ -313,27 +438,50 @@ Tensor softmax_backward_meta(const Tensor& grad_output, const Tensor& output, in
 // the tensor (CPU, CUDA, Meta); the backward is itself an op with its own Autograd kernel.
 // ---------------------------------------------------------------------------------------------
 
-Tensor call_softmax(const Tensor& self, int64_t dim) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("warp_softmax::softmax", "")
-                             .typed<Tensor(const Tensor&, int64_t)>();
-  return op.call(self, dim);
+using ForwardSignature = Tensor(const Tensor&, int64_t, std::optional<at::ScalarType>);
+using BackwardSignature = Tensor(const Tensor&, const Tensor&, int64_t);
+
+template <bool kLog>
+Tensor call_forward(const Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow(kLog ? "warp_softmax::log_softmax" : "warp_softmax::softmax", "")
+          .typed<ForwardSignature>();
+  return op.call(self, dim, dtype);
 }
 
-Tensor call_softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t dim) {
+template <bool kLog>
+Tensor call_backward(const Tensor& grad_output, const Tensor& output, int64_t dim) {
   static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("warp_softmax::softmax_backward", "")
-                             .typed<Tensor(const Tensor&, const Tensor&, int64_t)>();
+                             .findSchemaOrThrow(kLog ? "warp_softmax::log_softmax_backward"
+                                                     : "warp_softmax::softmax_backward",
+                                                "")
+                             .typed<BackwardSignature>();
   return op.call(grad_output, output, dim);
 }
 
-class SoftmaxFunction : public torch::autograd::Function<SoftmaxFunction> {
+// The gradient with respect to the input, like ATen's for F.softmax(x, dim, dtype=...):
+// computed in the output's type (float32 for an FP8 output, which the backward kernels do not
+// take), then cast to the input's type.
+template <bool kLog>
+Tensor input_gradient(const Tensor& grad, const Tensor& output, int64_t dim,
+                      at::ScalarType input_type) {
+  const auto compute_type = is_fp8(output.scalar_type()) ? at::kFloat : output.scalar_type();
+  const Tensor grad_input =
+      call_backward<kLog>(grad.to(compute_type), output.to(compute_type), dim);
+  return grad_input.scalar_type() == input_type ? grad_input : grad_input.to(input_type);
+}
+
+template <bool kLog>
+class ForwardFunction : public torch::autograd::Function<ForwardFunction<kLog>> {
  public:
-  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& self, int64_t dim) {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& self, int64_t dim,
+                        std::optional<at::ScalarType> dtype) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    Tensor output = call_softmax(self, dim);
+    Tensor output = call_forward<kLog>(self, dim, dtype);
     ctx->save_for_backward({output});
     ctx->saved_data["dim"] = dim;
+    ctx->saved_data["input_type"] = self.scalar_type();
     return output;
   }
 
@@ -341,26 +489,30 @@ class SoftmaxFunction : public torch::autograd::Function<SoftmaxFunction> {
                                                  torch::autograd::variable_list grads) {
     const Tensor output = ctx->get_saved_variables()[0];
     const int64_t dim = ctx->saved_data["dim"].toInt();
+    const auto input_type = ctx->saved_data["input_type"].toScalarType();
     if (!at::GradMode::is_enabled()) {
-      // A plain backward (no create_graph): skip softmax_backward's own autograd layer.
+      // A plain backward (no create_graph): skip the backward op's own autograd layer.
       at::AutoDispatchBelowADInplaceOrView below_autograd;
-      return {call_softmax_backward(grads[0], output, dim), Tensor()};
+      return {input_gradient<kLog>(grads[0], output, dim, input_type), Tensor(), Tensor()};
     }
-    return {call_softmax_backward(grads[0], output, dim), Tensor()};
+    return {input_gradient<kLog>(grads[0], output, dim, input_type), Tensor(), Tensor()};
   }
 };
 
-// dx = y * (g - sum(g * y)). Its derivatives, for an incoming gradient u of dx:
+// softmax:     dx = y * (g - sum(g * y)). For an incoming gradient u of dx:
 //   d/dg = y * (u - sum(u * y))             = softmax_backward(u, y)  (differentiable again)
 //   d/dy = u * (g - sum(g * y)) - g * sum(u * y)                      (plain ATen ops)
-class SoftmaxBackwardFunction : public torch::autograd::Function<SoftmaxBackwardFunction> {
+// log_softmax: dx = g - exp(y) * sum(g). For u:
+//   d/dg = u - sum(u * exp(y))           d/dy = -u * exp(y) * sum(g)   (plain ATen ops)
+template <bool kLog>
+class BackwardFunction : public torch::autograd::Function<BackwardFunction<kLog>> {
  public:
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& grad_output,
                         const Tensor& output, int64_t dim) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     ctx->save_for_backward({grad_output, output});
     ctx->saved_data["dim"] = dim;
-    return call_softmax_backward(grad_output, output, dim);
+    return call_backward<kLog>(grad_output, output, dim);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -371,11 +523,17 @@ class SoftmaxBackwardFunction : public torch::autograd::Function<SoftmaxBackward
     const int64_t dim = ctx->saved_data["dim"].toInt();
     const Tensor& u = grads[0];
     Tensor grad_g, grad_y;
-    if (ctx->needs_input_grad(0)) grad_g = call_softmax_backward(u, y, dim);
-    if (ctx->needs_input_grad(1)) {
-      const Tensor gy = (g * y).sum(dim, /*keepdim=*/true);
-      const Tensor uy = (u * y).sum(dim, /*keepdim=*/true);
-      grad_y = u * (g - gy) - g * uy;
+    if constexpr (kLog) {
+      const Tensor e = y.exp();
+      if (ctx->needs_input_grad(0)) grad_g = u - (u * e).sum(dim, /*keepdim=*/true);
+      if (ctx->needs_input_grad(1)) grad_y = -u * e * g.sum(dim, /*keepdim=*/true);
+    } else {
+      if (ctx->needs_input_grad(0)) grad_g = call_backward<false>(u, y, dim);
+      if (ctx->needs_input_grad(1)) {
+        const Tensor gy = (g * y).sum(dim, /*keepdim=*/true);
+        const Tensor uy = (u * y).sum(dim, /*keepdim=*/true);
+        grad_y = u * (g - gy) - g * uy;
+      }
     }
     return {grad_g, grad_y, Tensor()};
   }
@@ -390,30 +548,40 @@ void check_not_nested(const Tensor& t, const char* op, const char* arg) {
                               "each component (nested.unbind())");
 }
 
-Tensor softmax_autograd(const Tensor& self, int64_t dim) {
-  check_not_nested(self, "warp_softmax::softmax", "self");
-  return SoftmaxFunction::apply(self, dim);
+template <bool kLog>
+Tensor forward_autograd(const Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  check_not_nested(self, kLog ? "warp_softmax::log_softmax" : "warp_softmax::softmax", "self");
+  return ForwardFunction<kLog>::apply(self, dim, dtype);
 }
 
-Tensor softmax_backward_autograd(const Tensor& grad_output, const Tensor& output, int64_t dim) {
-  check_not_nested(grad_output, "warp_softmax::softmax_backward", "grad_output");
-  check_not_nested(output, "warp_softmax::softmax_backward", "output");
-  return SoftmaxBackwardFunction::apply(grad_output, output, dim);
+template <bool kLog>
+Tensor backward_autograd(const Tensor& grad_output, const Tensor& output, int64_t dim) {
+  const char* op = kLog ? "warp_softmax::log_softmax_backward" : "warp_softmax::softmax_backward";
+  check_not_nested(grad_output, op, "grad_output");
+  check_not_nested(output, op, "output");
+  return BackwardFunction<kLog>::apply(grad_output, output, dim);
 }
 
 // ---------------------------------------------------------------------------------------------
-// Autocast: the same policy as F.softmax. On CUDA softmax is on autocast's float32 list (a
-// float16 input gives a float32 result); on CPU autocast leaves softmax alone.
+// Autocast: the same policy as F.softmax / F.log_softmax. On CUDA both are autocast's
+// "fp32_set_opt_dtype" ops: without dtype=, a floating input other than float64 runs with
+// dtype=torch.float32 (here the cast happens in the kernel); an explicit dtype= is kept. On CPU
+// autocast leaves them alone.
 // ---------------------------------------------------------------------------------------------
 
-Tensor softmax_autocast_cuda(const Tensor& self, int64_t dim) {
+template <bool kLog>
+Tensor forward_autocast_cuda(const Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
-  return call_softmax(at::autocast::cached_cast(at::kFloat, self, c10::DeviceType::CUDA), dim);
+  const bool eligible =
+      self.is_cuda() && self.is_floating_point() && self.scalar_type() != at::kDouble;
+  if (!dtype.has_value() && eligible) dtype = at::kFloat;
+  return call_forward<kLog>(self, dim, dtype);
 }
 
-Tensor softmax_autocast_cpu(const Tensor& self, int64_t dim) {
+template <bool kLog>
+Tensor forward_autocast_cpu(const Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);
-  return call_softmax(self, dim);
+  return call_forward<kLog>(self, dim, dtype);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -445,30 +613,44 @@ int64_t threads_used(int64_t rows, int64_t row_length) {
 }  // namespace
 
 TORCH_LIBRARY(warp_softmax, m) {
-  m.def("softmax(Tensor self, int dim=-1) -> Tensor");
+  m.def("softmax(Tensor self, int dim=-1, ScalarType? dtype=None) -> Tensor");
+  m.def("log_softmax(Tensor self, int dim=-1, ScalarType? dtype=None) -> Tensor");
   m.def("softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor");
+  m.def("log_softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor");
   m.def("cpu_capability() -> str", &cpu_capability);
   m.def("cpu_capabilities() -> str[]", &cpu_capabilities);
   m.def("_threads_used(int rows, int row_length) -> int", &threads_used);
 }
 
 TORCH_LIBRARY_IMPL(warp_softmax, CPU, m) {
-  m.impl("softmax", &softmax_cpu);
+  m.impl("softmax", &forward_cpu<false>);
+  m.impl("log_softmax", &forward_cpu<true>);
   m.impl("softmax_backward", &softmax_backward_cpu);
+  m.impl("log_softmax_backward", &log_softmax_backward_cpu);
 }
 
 TORCH_LIBRARY_IMPL(warp_softmax, Meta, m) {
-  m.impl("softmax", &softmax_meta);
-  m.impl("softmax_backward", &softmax_backward_meta);
+  m.impl("softmax", &forward_meta<false>);
+  m.impl("log_softmax", &forward_meta<true>);
+  m.impl("softmax_backward", &backward_meta<false>);
+  m.impl("log_softmax_backward", &backward_meta<true>);
 }
 
 TORCH_LIBRARY_IMPL(warp_softmax, Autograd, m) {
-  m.impl("softmax", &softmax_autograd);
-  m.impl("softmax_backward", &softmax_backward_autograd);
+  m.impl("softmax", &forward_autograd<false>);
+  m.impl("log_softmax", &forward_autograd<true>);
+  m.impl("softmax_backward", &backward_autograd<false>);
+  m.impl("log_softmax_backward", &backward_autograd<true>);
 }
 
-TORCH_LIBRARY_IMPL(warp_softmax, AutocastCPU, m) { m.impl("softmax", &softmax_autocast_cpu); }
+TORCH_LIBRARY_IMPL(warp_softmax, AutocastCPU, m) {
+  m.impl("softmax", &forward_autocast_cpu<false>);
+  m.impl("log_softmax", &forward_autocast_cpu<true>);
+}
 
-TORCH_LIBRARY_IMPL(warp_softmax, AutocastCUDA, m) { m.impl("softmax", &softmax_autocast_cuda); }
+TORCH_LIBRARY_IMPL(warp_softmax, AutocastCUDA, m) {
+  m.impl("softmax", &forward_autocast_cuda<false>);
+  m.impl("log_softmax", &forward_autocast_cuda<true>);
+}
 
 }  // namespace warp_softmax

@@ -22,6 +22,8 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <c10/util/Float8_e4m3fn.h>
+#include <c10/util/Float8_e5m2.h>
 #include <torch/library.h>
 
 #include <cuda_runtime.h>
@@ -29,6 +31,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <optional>
+#include <type_traits>
 
 #include "checks.h"
 
@@ -83,11 +87,17 @@ __device__ __forceinline__ void online_combine(acc_t& m, acc_t& s, acc_t other_m
   s = a + b;
 }
 
-// 16-byte packets: 4 floats, 8 halves or 2 doubles per load when the row is 16-byte aligned.
+// kN elements loaded or stored as one vector access (at most 16 bytes per instruction).
+template <typename T, int kN>
+struct alignas(sizeof(T) * kN < 16 ? sizeof(T) * kN : 16) Pack {
+  T v[kN];
+};
+
+// 16-byte packets: 4 floats, 8 halves, 16 FP8 values or 2 doubles per load when the row is
+// 16-byte aligned. A converting kernel stores the same number of elements in its output type.
 template <typename scalar_t>
-struct alignas(16) Packet {
+struct Packet {
   static constexpr int kSize = 16 / static_cast<int>(sizeof(scalar_t));
-  scalar_t v[kSize];
 };
 
 // Values a lane may keep in registers for a register-resident row (nvcc allocates up to 255
@@ -117,7 +127,7 @@ struct Slice {
 #pragma unroll
         for (int j = 0; j < kPack; ++j) v[u][j] = fill;
       } else if constexpr (kPack > 1) {
-        const Packet<scalar_t> pk = reinterpret_cast<const Packet<scalar_t>*>(row)[p];
+        const Pack<scalar_t, kPack> pk = reinterpret_cast<const Pack<scalar_t, kPack>*>(row)[p];
 #pragma unroll
         for (int j = 0; j < kPack; ++j) v[u][j] = static_cast<acc_t>(pk.v[j]);
       } else {
@@ -126,20 +136,40 @@ struct Slice {
     }
   }
 
-  template <typename index_t>
-  __device__ __forceinline__ void store(scalar_t* row, index_t p0, index_t packs) const {
+  // Stores in out_t, the input's type or the one dtype= asks for (narrowed here, in registers).
+  template <typename out_t, typename index_t>
+  __device__ __forceinline__ void store(out_t* row, index_t p0, index_t packs) const {
 #pragma unroll
     for (int u = 0; u < kCount; ++u) {
       const index_t p = p0 + static_cast<index_t>(u) * kWarpSize;
       if (p >= packs) continue;
       if constexpr (kPack > 1) {
-        Packet<scalar_t> pk;
+        Pack<out_t, kPack> pk;
 #pragma unroll
-        for (int j = 0; j < kPack; ++j) pk.v[j] = static_cast<scalar_t>(v[u][j]);
-        reinterpret_cast<Packet<scalar_t>*>(row)[p] = pk;
+        for (int j = 0; j < kPack; ++j) pk.v[j] = static_cast<out_t>(v[u][j]);
+        reinterpret_cast<Pack<out_t, kPack>*>(row)[p] = pk;
       } else {
-        row[p] = static_cast<scalar_t>(v[u][0]);
+        row[p] = static_cast<out_t>(v[u][0]);
       }
+    }
+  }
+
+  // sum(exp(v - m)), v unchanged (log_softmax needs only the sum); fill values of -inf add 0.
+  __device__ __forceinline__ acc_t exp_sum(acc_t m) const {
+    acc_t s = 0;
+#pragma unroll
+    for (int u = 0; u < kCount; ++u) {
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) s += exp_acc(v[u][j] - m);
+    }
+    return s;
+  }
+
+  __device__ __forceinline__ void subtract(acc_t shift) {
+#pragma unroll
+    for (int u = 0; u < kCount; ++u) {
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) v[u][j] -= shift;
     }
   }
 
@@ -218,27 +248,29 @@ __global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
   x.store(output + row * n, lane, packs);
 }
 
-// Rows too long for registers: online max-and-sum over steps of kUnroll packets per lane, a
-// warp combine, then the write pass. The row is read twice.
-template <typename scalar_t, typename acc_t, int kPack>
+// Rows too long for registers, and every converting or log_softmax call: online max-and-sum
+// over steps of kUnroll packets per lane, a warp combine, then the write pass (the row is read
+// twice). in_t -> out_t is the dtype= conversion (widened on load, narrowed on store); kLog
+// writes x - m - log(s) instead of exp(x - m) / s.
+template <typename in_t, typename out_t, typename acc_t, int kPack, bool kLog = false>
 __global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
-    softmax_forward_looped(const scalar_t* __restrict__ input, scalar_t* __restrict__ output,
+    softmax_forward_looped(const in_t* __restrict__ input, out_t* __restrict__ output,
                            int64_t rows, int64_t n) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const int lane = threadIdx.x;
-  const scalar_t* x_row = input + row * n;
+  const in_t* x_row = input + row * n;
   const int64_t packs = n / kPack;
   constexpr int64_t kStride = int64_t{kWarpSize} * kUnroll;
 
   acc_t m = -infinity<acc_t>();
   acc_t s = 0;
   for (int64_t p0 = lane; p0 < packs; p0 += kStride) {
-    Slice<scalar_t, acc_t, kUnroll, kPack> x;
+    Slice<in_t, acc_t, kUnroll, kPack> x;
     x.load(x_row, p0, packs, -infinity<acc_t>());
     const acc_t step_m = x.max();
     // A step that saw only -inf (or padding) adds nothing, instead of exp(-inf + inf) = NaN.
-    const acc_t step_s = step_m == -infinity<acc_t>() ? acc_t(0) : x.exp_and_sum(step_m);
+    const acc_t step_s = step_m == -infinity<acc_t>() ? acc_t(0) : x.exp_sum(step_m);
     online_combine(m, s, step_m, step_s);
   }
 #pragma unroll
@@ -247,13 +279,17 @@ __global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
     const acc_t other_s = __shfl_xor_sync(0xffffffffu, s, offset);
     online_combine(m, s, other_m, other_s);
   }
-  const acc_t inv = acc_t(1) / s;
 
   for (int64_t p0 = lane; p0 < packs; p0 += kStride) {
-    Slice<scalar_t, acc_t, kUnroll, kPack> x;
+    Slice<in_t, acc_t, kUnroll, kPack> x;
     x.load(x_row, p0, packs, acc_t(0));
-    x.exp_and_sum(m);
-    x.scale(inv);
+    if constexpr (kLog) {  // (x - m) - log(s), in torch's order (see the CPU kernel)
+      x.subtract(m);
+      x.subtract(log(s));
+    } else {
+      x.exp_and_sum(m);
+      x.scale(acc_t(1) / s);
+    }
     x.store(output + row * n, p0, packs);
   }
 }
@@ -306,6 +342,44 @@ __global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
   }
 }
 
+// log_softmax backward, dx = g - exp(y) * sum(g): the sum over steps of kUnroll packets, then
+// a second read for the write.
+template <typename scalar_t, typename acc_t, int kPack>
+__global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
+    log_softmax_backward_looped(const scalar_t* __restrict__ grad_output,
+                                const scalar_t* __restrict__ output,
+                                scalar_t* __restrict__ grad_input, int64_t rows, int64_t n) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
+  if (row >= rows) return;
+  const int lane = threadIdx.x;
+  const scalar_t* g_row = grad_output + row * n;
+  const scalar_t* y_row = output + row * n;
+  const int64_t packs = n / kPack;
+  constexpr int64_t kStride = int64_t{kWarpSize} * kUnroll;
+  acc_t s = 0;
+  for (int64_t p0 = lane; p0 < packs; p0 += kStride) {
+    Slice<scalar_t, acc_t, kUnroll, kPack> g;
+    g.load(g_row, p0, packs, acc_t(0));
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) s += g.v[u][j];
+    }
+  }
+  s = warp_sum(s);
+  for (int64_t p0 = lane; p0 < packs; p0 += kStride) {
+    Slice<scalar_t, acc_t, kUnroll, kPack> g, y;
+    g.load(g_row, p0, packs, acc_t(0));
+    y.load(y_row, p0, packs, acc_t(0));
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) g.v[u][j] -= exp_acc(y.v[u][j]) * s;
+    }
+    g.store(grad_input + row * n, p0, packs);
+  }
+}
+
 // One warp per row, kWarpsPerBlock rows per block. The block count is checked in 64 bits
 // before it becomes a dim3 (grid.x is at most 2^31 - 1): a wrapped count would leave rows
 // uncomputed and their output uninitialised.
@@ -325,6 +399,15 @@ bool can_use_packets(int64_t n, std::initializer_list<const void*> pointers) {
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
   }
   return true;
+}
+
+// The same for a converting kernel: packets of the input type, and an output aligned for the
+// same number of elements of its own type (every row of both starts at such a boundary).
+template <typename in_t, typename out_t>
+bool can_use_converting_packets(int64_t n, const void* in, const void* out) {
+  constexpr int64_t kAlign = alignof(Pack<out_t, Packet<in_t>::kSize>);
+  return can_use_packets<in_t>(n, {in}) && reinterpret_cast<uintptr_t>(out) % kAlign == 0 &&
+         (n * static_cast<int64_t>(sizeof(out_t))) % kAlign == 0;
 }
 
 struct Launch {
@@ -376,12 +459,13 @@ void launch_forward(const scalar_t* in, scalar_t* out, int64_t rows, int64_t n,
   if (can_use_packets<scalar_t>(n, {in, out})) {
     if (!launch_forward_registers<scalar_t, acc_t, kPack, kMaxRegisterValues<acc_t>>(in, out,
                                                                                     rows, n, l)) {
-      softmax_forward_looped<scalar_t, acc_t, kPack>
+      softmax_forward_looped<scalar_t, scalar_t, acc_t, kPack>
           <<<l.grid, l.block, 0, l.stream>>>(in, out, rows, n);
     }
   } else if (!launch_forward_registers<scalar_t, acc_t, 1, 32>(in, out, rows, n, l)) {
     // Unaligned or odd-length rows: element loads, registers up to 1024.
-    softmax_forward_looped<scalar_t, acc_t, 1><<<l.grid, l.block, 0, l.stream>>>(in, out, rows, n);
+    softmax_forward_looped<scalar_t, scalar_t, acc_t, 1>
+        <<<l.grid, l.block, 0, l.stream>>>(in, out, rows, n);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -406,24 +490,101 @@ void launch_backward(const scalar_t* g, const scalar_t* y, scalar_t* dx, int64_t
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-Tensor softmax_cuda(const Tensor& self, int64_t dim) {
-  check_dtype(self, "warp_softmax::softmax", "self");
-  TORCH_CHECK(self.is_cuda(), "warp_softmax::softmax: the CUDA kernel got a tensor on ",
-              self.device());
+// A converting or log_softmax launch: the looped kernel, with packets where both sides allow.
+template <typename in_t, typename out_t, bool kLog>
+void launch_converting(const in_t* in, out_t* out, int64_t rows, int64_t n, cudaStream_t stream) {
+  using acc_t = std::conditional_t<std::is_same_v<out_t, double>, double, float>;
+  constexpr int kPack = Packet<in_t>::kSize;
+  const dim3 grid = grid_for_rows(rows, kLog ? "log_softmax" : "softmax");
+  const dim3 block(kWarpSize, kWarpsPerBlock);
+  if (can_use_converting_packets<in_t, out_t>(n, in, out)) {
+    softmax_forward_looped<in_t, out_t, acc_t, kPack, kLog>
+        <<<grid, block, 0, stream>>>(in, out, rows, n);
+  } else {
+    softmax_forward_looped<in_t, out_t, acc_t, 1, kLog><<<grid, block, 0, stream>>>(in, out, rows, n);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+using Fp8E4M3 = c10::Float8_e4m3fn;
+using Fp8E5M2 = c10::Float8_e5m2;
+
+// The (input, output) pairs with a converting kernel: log_softmax of each floating type, FP8 to
+// itself, the widening dtype= casts, FP8 in to float32, and float32 / 16-bit to FP8. Any other
+// pair is first cast exactly by ATen into one of these (forward_cuda). Returns false if none.
+template <bool kLog>
+bool launch_pair(const Tensor& x, Tensor& y, int64_t rows, int64_t n, cudaStream_t stream) {
+  const auto in = x.scalar_type(), out = y.scalar_type();
+  bool launched = false;
+  const auto pair = [&](auto in_tag, auto out_tag) {
+    using in_t = decltype(in_tag);
+    using out_t = decltype(out_tag);
+    if (launched || in != c10::CppTypeToScalarType<in_t>::value ||
+        out != c10::CppTypeToScalarType<out_t>::value) {
+      return;
+    }
+    launch_converting<in_t, out_t, kLog>(x.const_data_ptr<in_t>(), y.mutable_data_ptr<out_t>(),
+                                         rows, n, stream);
+    launched = true;
+  };
+  using BF16 = c10::BFloat16;
+  using F16 = c10::Half;
+  if constexpr (kLog) {  // softmax of a type to itself has the register kernels (launch_forward)
+    pair(float{}, float{});
+    pair(double{}, double{});
+    pair(BF16{}, BF16{});
+    pair(F16{}, F16{});
+  }
+  pair(Fp8E4M3{}, Fp8E4M3{});
+  pair(Fp8E5M2{}, Fp8E5M2{});
+  pair(BF16{}, float{});
+  pair(F16{}, float{});
+  pair(float{}, double{});
+  pair(BF16{}, double{});
+  pair(F16{}, double{});
+  pair(Fp8E4M3{}, float{});
+  pair(Fp8E5M2{}, float{});
+  pair(float{}, Fp8E4M3{});
+  pair(BF16{}, Fp8E4M3{});
+  pair(F16{}, Fp8E4M3{});
+  pair(float{}, Fp8E5M2{});
+  return launched;
+}
+
+template <bool kLog>
+Tensor forward_cuda(const Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  const char* op = kLog ? "warp_softmax::log_softmax" : "warp_softmax::softmax";
+  const at::ScalarType out_type = forward_output_dtype(self, dtype, op);
+  TORCH_CHECK(self.is_cuda(), op, ": the CUDA kernel got a tensor on ", self.device());
   const int64_t d = wrap_dim(self, dim);
   const c10::cuda::CUDAGuard device_guard(self.device());
-  Tensor output = at::empty(self.sizes(), self.options());
+  Tensor output = at::empty(self.sizes(), self.options().dtype(out_type));
   if (self.numel() == 0) return output;
   const bool dim_is_last = self.dim() == 0 || d == self.dim() - 1;
-  const Tensor input = with_dim_last(self, d);
-  Tensor result = dim_is_last ? output : at::empty(input.sizes(), input.options());
+  Tensor input = with_dim_last(kernel_input(self, out_type), d);
+  Tensor result = dim_is_last ? output : at::empty(input.sizes(), output.options());
   const int64_t n = input.size(-1);
   const int64_t rows = input.numel() / n;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(self.device().index()).stream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, self.scalar_type(), "softmax_cuda", [&] {
-    launch_forward<scalar_t>(input.const_data_ptr<scalar_t>(), result.mutable_data_ptr<scalar_t>(),
-                             rows, n, stream);
-  });
+  if (!kLog && input.scalar_type() == out_type && !is_fp8(out_type)) {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, out_type, "softmax_cuda", [&] {
+      launch_forward<scalar_t>(input.const_data_ptr<scalar_t>(),
+                               result.mutable_data_ptr<scalar_t>(), rows, n, stream);
+    });
+  } else if (!launch_pair<kLog>(input, result, rows, n, stream)) {
+    // No kernel for this pair: an exact cast first (FP8 and 16-bit values are exact in float32,
+    // and in the output type when that is wider), then a pair that has one.
+    input = input.to(is_fp8(out_type) ? at::kFloat : out_type);
+    TORCH_CHECK(launch_pair<kLog>(input, result, rows, n, stream) ||
+                    (!kLog && input.scalar_type() == out_type),
+                op, ": no CUDA kernel from ", self.scalar_type(), " to ", out_type);
+    if (!kLog && input.scalar_type() == out_type) {
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, out_type, "softmax_cuda", [&] {
+        launch_forward<scalar_t>(input.const_data_ptr<scalar_t>(),
+                                 result.mutable_data_ptr<scalar_t>(), rows, n, stream);
+      });
+    }
+  }
   if (!dim_is_last) output.copy_(result.movedim(-1, d));
   return output;
 }
@@ -452,14 +613,53 @@ Tensor softmax_backward_cuda(const Tensor& grad_output, const Tensor& output, in
   return grad_input;
 }
 
+Tensor log_softmax_backward_cuda(const Tensor& grad_output, const Tensor& output, int64_t dim) {
+  constexpr const char* op = "warp_softmax::log_softmax_backward";
+  check_backward_inputs(grad_output, output, op);
+  TORCH_CHECK(output.is_cuda(), op, ": the CUDA kernel got a tensor on ", output.device());
+  const int64_t d = wrap_dim(output, dim);
+  const c10::cuda::CUDAGuard device_guard(output.device());
+  Tensor grad_input = at::empty(output.sizes(), output.options());
+  if (output.numel() == 0) return grad_input;
+  const bool dim_is_last = output.dim() == 0 || d == output.dim() - 1;
+  const Tensor g = with_dim_last(grad_output, d);
+  const Tensor y = with_dim_last(output, d);
+  Tensor result = dim_is_last ? grad_input : at::empty(y.sizes(), y.options());
+  const int64_t n = y.size(-1);
+  const int64_t rows = y.numel() / n;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(output.device().index()).stream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kBFloat16, at::kHalf, output.scalar_type(), "log_softmax_backward_cuda", [&] {
+        using acc_t = at::acc_type<scalar_t, /*is_cuda=*/true>;
+        constexpr int kPack = Packet<scalar_t>::kSize;
+        const scalar_t* gp = g.const_data_ptr<scalar_t>();
+        const scalar_t* yp = y.const_data_ptr<scalar_t>();
+        scalar_t* dx = result.mutable_data_ptr<scalar_t>();
+        const dim3 grid = grid_for_rows(rows, "log_softmax_backward");
+        const dim3 block(kWarpSize, kWarpsPerBlock);
+        if (can_use_packets<scalar_t>(n, {gp, yp, dx})) {
+          log_softmax_backward_looped<scalar_t, acc_t, kPack>
+              <<<grid, block, 0, stream>>>(gp, yp, dx, rows, n);
+        } else {
+          log_softmax_backward_looped<scalar_t, acc_t, 1>
+              <<<grid, block, 0, stream>>>(gp, yp, dx, rows, n);
+        }
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+  if (!dim_is_last) grad_input.copy_(result.movedim(-1, d));
+  return grad_input;
+}
+
 }  // namespace
 
 // Device placement: the dispatcher routes a call here when the tensors' dispatch key set's
 // highest backend key is CUDA, i.e. the inputs live on a CUDA device; the guard above then
 // makes that device current for the launch.
 TORCH_LIBRARY_IMPL(warp_softmax, CUDA, m) {
-  m.impl("softmax", &softmax_cuda);
+  m.impl("softmax", &forward_cuda<false>);
+  m.impl("log_softmax", &forward_cuda<true>);
   m.impl("softmax_backward", &softmax_backward_cuda);
+  m.impl("log_softmax_backward", &log_softmax_backward_cuda);
 }
 
 }  // namespace warp_softmax

@@ -17,10 +17,12 @@ import warp_softmax
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8, torch.bool])
 def test_integer_dtypes_are_refused(dtype):
     x = torch.ones(3, 4, dtype=dtype)
-    with pytest.raises(TypeError, match="must be float32, float64, bfloat16 or float16"):
-        warp_softmax.softmax(x)
-    with pytest.raises(TypeError, match="must be float32"):
-        warp_softmax.softmax(x.to("meta"))  # the Meta kernel refuses it the same way
+    expected = "self must be float32, float64, bfloat16, float16, float8_e4m3fn or float8_e5m2"
+    for op in (warp_softmax.softmax, warp_softmax.log_softmax):
+        with pytest.raises(TypeError, match=expected):
+            op(x)
+        with pytest.raises(TypeError, match="must be float32"):
+            op(x.to("meta"))  # the Meta kernel refuses it the same way
 
 
 def test_dtype_error_survives_fake_tensors():
@@ -86,8 +88,44 @@ def test_registered_dispatch_keys():
     # FuncTorchBatched: the vmap rules the Python package registers (warp_softmax/batching.py).
     common = {"CPU", "Meta", "Autograd[alias]", "FuncTorchBatched"}
     autocast = {"AutocastCPU", "AutocastCUDA"}
-    assert registered_keys("warp_softmax::softmax") == autocast | common | cuda
-    assert registered_keys("warp_softmax::softmax_backward") == common | cuda
+    for op in ("softmax", "log_softmax"):
+        assert registered_keys(f"warp_softmax::{op}") == autocast | common | cuda
+        assert registered_keys(f"warp_softmax::{op}_backward") == common | cuda
+
+
+@pytest.mark.parametrize("op", [warp_softmax.softmax, warp_softmax.log_softmax])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.bool, torch.complex64, torch.uint8])
+def test_bad_dtype_argument_is_a_type_error(op, dtype):
+    x = torch.randn(3, 4)
+    for device in ("cpu", "meta"):
+        with pytest.raises(TypeError, match=f"dtype must be float32.*got {_scalar_name(dtype)}"):
+            op(x.to(device), -1, dtype=dtype)
+
+
+def _scalar_name(dtype: torch.dtype) -> str:
+    return {torch.int32: "Int", torch.bool: "Bool", torch.complex64: "ComplexFloat"}.get(
+        dtype, "Byte"
+    )
+
+
+@pytest.mark.parametrize("op", [warp_softmax.softmax, warp_softmax.log_softmax])
+def test_bad_dim_with_every_dtype_is_an_index_error(op):
+    for dtype in (torch.float32, torch.float8_e4m3fn):
+        x = torch.randn(3, 4).to(dtype)
+        for dim in (2, -3):
+            with pytest.raises(IndexError, match="Dimension out of range"):
+                op(x, dim)
+            with pytest.raises(IndexError, match="Dimension out of range"):
+                op(x, dim, dtype=torch.float8_e4m3fn)
+
+
+def test_backward_ops_refuse_fp8_and_mixed_dtypes():
+    y = torch.softmax(torch.randn(3, 4), -1)
+    for backward in (warp_softmax.softmax_backward, warp_softmax.log_softmax_backward):
+        with pytest.raises(TypeError, match="grad_output must be float32.*Float8_e4m3fn"):
+            backward(y.to(torch.float8_e4m3fn), y.to(torch.float8_e4m3fn), -1)
+        with pytest.raises(RuntimeError, match="same dtype"):
+            backward(y, y.double(), -1)
 
 
 def test_backward_input_mismatch_is_refused():

@@ -76,11 +76,16 @@ def test_every_simd_variant_is_correct():
                 torch.testing.assert_close(gi, ref, atol=1e-6, rtol=1e-5)
             else:  # a sum in another order can move a result by one bf16 rounding step
                 torch.testing.assert_close(gi, ref)
-        print(json.dumps({"chosen": warp_softmax.cpu_capability(), "errs": errs}))
+        # dtype=, FP8 in and out, log_softmax: the converting kernels of this variant.
+        from warp_softmax_harness.compare import check_converting_paths
+        converting = check_converting_paths("cpu")
+        print(json.dumps({"chosen": warp_softmax.cpu_capability(), "errs": errs,
+                          "converting": converting}))
     """
     for capability in warp_softmax.cpu_capabilities():
         result = run_in_fresh_python(code, {"WARP_SOFTMAX_CPU_CAPABILITY": capability})
         assert result["chosen"] == capability
+        assert result["converting"] > 100
         print(capability, result["errs"])
 
 

@@ -2,10 +2,10 @@
 
 The compiled library ``warp_softmax.so`` (next to this file, built by the editable install
 ``pip install --no-deps --no-build-isolation -e <lab folder>``, which ``make setup`` runs)
-registers everything itself: the schemas ``warp_softmax::softmax`` and
-``warp_softmax::softmax_backward`` and their CPU, Meta, Autograd and Autocast kernels (CUDA too
-where built). This package loads that file, once, adds friendly names, and registers only what
-the library cannot hold: vmap batching rules (:mod:`warp_softmax.batching`).
+registers everything itself: the schemas ``warp_softmax::softmax``, ``log_softmax`` and
+their backward ops, and their CPU, Meta, Autograd and Autocast kernels (CUDA too where built).
+This package loads that file, once, adds friendly names, and registers only what the library
+cannot hold: vmap batching rules (:mod:`warp_softmax.batching`).
 ``torch.ops.load_library`` on the same path before or after importing it is harmless.
 
     >>> import torch, warp_softmax
@@ -19,7 +19,15 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["LIBRARY_PATH", "softmax", "softmax_backward", "cpu_capability", "cpu_capabilities"]
+__all__ = [
+    "LIBRARY_PATH",
+    "softmax",
+    "log_softmax",
+    "softmax_backward",
+    "log_softmax_backward",
+    "cpu_capability",
+    "cpu_capabilities",
+]
 
 LIBRARY_PATH: Path = Path(__file__).resolve().parent / "warp_softmax.so"
 
@@ -44,19 +52,34 @@ from warp_softmax import batching as _batching  # noqa: E402
 _batching.register()
 
 
-def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Softmax of ``x`` along ``dim``; the same values, dtype and layout as ``F.softmax``.
+def softmax(x: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Softmax of ``x`` along ``dim``; the same values, dtype and layout as
+    ``F.softmax(x, dim, dtype=dtype)``.
 
-    Works for float32, float64, bfloat16 and float16 (reduced types accumulate in float32),
-    any ``dim`` (negative too), non-contiguous inputs, empty and 0-dim tensors. Differentiable
-    twice, traceable by torch.compile, vmap-able.
+    Takes float32, float64, bfloat16 and float16 (reduced types accumulate in float32), and
+    float8_e4m3fn / float8_e5m2 (read and widened in registers), any ``dim`` (negative too),
+    non-contiguous inputs, empty and 0-dim tensors. ``dtype`` converts in the kernel: the
+    input is read as it is and widened on the way, the result is stored in ``dtype``;
+    ``dtype=torch.float8_e4m3fn`` gives ``F.softmax(x.float(), dim).to(torch.float8_e4m3fn)``.
+    Differentiable twice, traceable by torch.compile, vmap-able.
     """
-    return torch.ops.warp_softmax.softmax(x, dim)
+    return torch.ops.warp_softmax.softmax(x, dim, dtype)
+
+
+def log_softmax(x: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``F.log_softmax(x, dim, dtype=dtype)`` on the same kernels as :func:`softmax`: the same
+    dtypes, FP8 included, and the same dispatch keys."""
+    return torch.ops.warp_softmax.log_softmax(x, dim, dtype)
 
 
 def softmax_backward(grad_output: torch.Tensor, output: torch.Tensor, dim: int) -> torch.Tensor:
     """The gradient of softmax with respect to its input: ``y * (g - sum(g * y, dim))``."""
     return torch.ops.warp_softmax.softmax_backward(grad_output, output, dim)
+
+
+def log_softmax_backward(grad_output: torch.Tensor, output: torch.Tensor, dim: int) -> torch.Tensor:
+    """The gradient of log_softmax with respect to its input: ``g - exp(y) * sum(g, dim)``."""
+    return torch.ops.warp_softmax.log_softmax_backward(grad_output, output, dim)
 
 
 def cpu_capability() -> str:

@@ -1,4 +1,4 @@
-"""vmap batching rules for the two ops: move the batch dimension to the front, shift ``dim``.
+"""vmap batching rules for the four ops: move the batch dimension to the front, shift ``dim``.
 
 Without these, ``torch.func.vmap`` runs the op once per example through functorch's generic
 fallback (with a performance warning). A C++ rule would need functorch's DynamicLayer header,
@@ -30,32 +30,44 @@ def _batch_first(t: torch.Tensor, bdim: int | None, batch_size: int) -> torch.Te
     return t.movedim(bdim, 0)
 
 
-def _softmax_vmap(info, in_dims, x: torch.Tensor, dim: int = -1):
-    (x_bdim,) = in_dims[:1]
-    if x_bdim is None:
-        return torch.ops.warp_softmax.softmax(x, dim), None
-    x = x.movedim(x_bdim, 0)
-    batched_dim = _logical_dim(dim, x.dim() - 1)  # checks dim, 0-dim examples included
-    if x.dim() == 1:  # each example is 0-dim: softmax of a single value is 1
-        return torch.ops.warp_softmax.softmax(x.unsqueeze(1), 1).squeeze(1), 0
-    return torch.ops.warp_softmax.softmax(x, batched_dim), 0
+def _forward_vmap(op):
+    """The rule for softmax or log_softmax (`op`): one call on the whole batch."""
+
+    def rule(info, in_dims, x: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None):
+        (x_bdim,) = in_dims[:1]
+        if x_bdim is None:
+            return op(x, dim, dtype), None
+        x = x.movedim(x_bdim, 0)
+        batched_dim = _logical_dim(dim, x.dim() - 1)  # checks dim, 0-dim examples included
+        if x.dim() == 1:  # each example is 0-dim: a row of one value
+            return op(x.unsqueeze(1), 1, dtype).squeeze(1), 0
+        return op(x, batched_dim, dtype), 0
+
+    return rule
 
 
-def _softmax_backward_vmap(
-    info, in_dims, grad_output: torch.Tensor, output: torch.Tensor, dim: int
-):
-    g_bdim, y_bdim = in_dims[0], in_dims[1]
-    if g_bdim is None and y_bdim is None:
-        return torch.ops.warp_softmax.softmax_backward(grad_output, output, dim), None
-    g = _batch_first(grad_output, g_bdim, info.batch_size)
-    y = _batch_first(output, y_bdim, info.batch_size)
-    batched_dim = _logical_dim(dim, g.dim() - 1)
-    if g.dim() == 1:
-        out = torch.ops.warp_softmax.softmax_backward(g.unsqueeze(1), y.unsqueeze(1), 1)
-        return out.squeeze(1), 0
-    return torch.ops.warp_softmax.softmax_backward(g, y, batched_dim), 0
+def _backward_vmap(op):
+    """The rule for softmax_backward or log_softmax_backward (`op`)."""
+
+    def rule(info, in_dims, grad_output: torch.Tensor, output: torch.Tensor, dim: int):
+        g_bdim, y_bdim = in_dims[0], in_dims[1]
+        if g_bdim is None and y_bdim is None:
+            return op(grad_output, output, dim), None
+        g = _batch_first(grad_output, g_bdim, info.batch_size)
+        y = _batch_first(output, y_bdim, info.batch_size)
+        batched_dim = _logical_dim(dim, g.dim() - 1)
+        if g.dim() == 1:
+            return op(g.unsqueeze(1), y.unsqueeze(1), 1).squeeze(1), 0
+        return op(g, y, batched_dim), 0
+
+    return rule
 
 
 def register() -> None:
-    torch.library.register_vmap("warp_softmax::softmax", _softmax_vmap)
-    torch.library.register_vmap("warp_softmax::softmax_backward", _softmax_backward_vmap)
+    ops = torch.ops.warp_softmax
+    for name in ("softmax", "log_softmax"):
+        torch.library.register_vmap(f"warp_softmax::{name}", _forward_vmap(getattr(ops, name)))
+        backward = f"{name}_backward"
+        torch.library.register_vmap(
+            f"warp_softmax::{backward}", _backward_vmap(getattr(ops, backward))
+        )

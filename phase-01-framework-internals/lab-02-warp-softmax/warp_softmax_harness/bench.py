@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 import warp_softmax
 
+from .bench_casts import casts_summary, print_cast_result, run_casts
 from .timing import (
     BenchResult,
     bench_backward_op,
@@ -125,6 +126,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "inputs in cache (1 pair) and from memory (8 pairs) -> results/bench-backward-op.json",
     )
     parser.add_argument(
+        "--casts",
+        action="store_true",
+        help="instead of the grid: only the FP8 in/out, dtype= and log_softmax paths against "
+        "torch's composite calls -> bench-casts.json",
+    )
+    parser.add_argument(
         "--malloc-as-is",
         action="store_true",
         help="leave glibc malloc's moving thresholds alone (default: fix them, see "
@@ -160,6 +167,14 @@ def run(args: argparse.Namespace, allocator: str) -> None:
         torch.set_num_threads(args.threads)
     if args.backward_op:
         run_backward_op(args, allocator)
+        return
+    if args.casts:
+        report = report_header(args.command_line, allocator)
+        report["casts"], report["casts_summary"] = run_cast_paths(args)
+        path = args.out / f"bench-casts{'-quick' if args.quick else ''}.json"
+        path.write_text(json.dumps(report, indent=2))
+        print("casts_summary", json.dumps(report["casts_summary"], indent=1))
+        print(f"wrote {path}")
         return
 
     row_lengths = QUICK_ROW_LENGTHS if args.quick else FULL_ROW_LENGTHS
@@ -221,6 +236,7 @@ def run(args: argparse.Namespace, allocator: str) -> None:
         }
         all_results += gpu
     report["results"] = [r.as_dict() for r in all_results]
+    report["casts"], report["casts_summary"] = run_cast_paths(args)
     suffix = (
         ("-quick" if args.quick else "")
         + (f"-{args.threads}t" if args.threads else "")
@@ -233,10 +249,28 @@ def run(args: argparse.Namespace, allocator: str) -> None:
         args.out / f"bench{suffix}.png",
         f"warp_softmax vs F.softmax ({report['cpu_threads']} CPU threads, {report['cpu_kernel']})",
     )
-    for key in ("cpu_summary", "cuda_summary"):
+    for key in ("cpu_summary", "cuda_summary", "casts_summary"):
         if key in report:
             print(key, json.dumps(report[key], indent=1))
     print(f"wrote {json_path} and {png_path}")
+
+
+def run_cast_paths(args: argparse.Namespace) -> tuple[list[dict], dict]:
+    """FP8 in / out, dtype= and log_softmax against torch's composite calls (bench_casts)."""
+    devices = [d for d in ("cpu", "cuda") if args.device in (d, "all")]
+    results = []
+    for device in devices:
+        if device == "cuda" and not torch.cuda.is_available():
+            continue
+        results += run_casts(
+            device,
+            [1024, 4096, 32768] if args.quick else [128, 1024, 4096, 8192, 32768],
+            elements=1 << 20 if device == "cpu" else 1 << 26,
+            reps=15 if args.quick else 40,
+            progress=print_cast_result,
+        )
+    summary = {d: casts_summary([r for r in results if r.device == d]) for d in devices}
+    return [r.as_dict() for r in results], summary
 
 
 def run_backward_op(args: argparse.Namespace, allocator: str) -> None:

@@ -10,25 +10,39 @@ import time
 
 import torch
 
-from .compare import check_kernel_paths
+from .compare import check_converting_paths, check_kernel_paths
 from .scenarios import opcheck_cases
+
+ALL = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+NO_SCHEMA = ALL[1:]
 
 
 def opcheck_all(device: str) -> int:
-    """opcheck on softmax for every case of scenarios.opcheck_cases and on softmax_backward;
-    raises AssertionError naming the failing case; returns the number of calls checked."""
-    checked = 0
-    for args in opcheck_cases(device):
-        result = torch.library.opcheck(torch.ops.warp_softmax.softmax.default, args)
+    """opcheck on softmax and log_softmax for every case of scenarios.opcheck_cases, with
+    dtype= and FP8 overloads, and on both backward ops; raises AssertionError naming the
+    failing case; returns the number of calls checked."""
+    ops = torch.ops.warp_softmax
+    calls = []
+    for forward in (ops.softmax.default, ops.log_softmax.default):
+        calls += [(forward, args) for args in opcheck_cases(device)]
+        x = torch.randn(4, 8, device=device, requires_grad=True)
+        calls += [(forward, (x, -1, torch.float64)), (forward, (x, 0, torch.float8_e4m3fn))]
+        # torch's test_schema cannot handle FP8 inputs (it multiplies them); the others can.
+        calls.append((forward, (x.detach().to(torch.float8_e5m2), -1, torch.float32), NO_SCHEMA))
+    backwards = (
+        (ops.softmax_backward, torch.softmax),
+        (ops.log_softmax_backward, torch.log_softmax),
+    )
+    for backward, reference in backwards:
+        y = reference(torch.randn(4, 9, device=device), -1).requires_grad_()
+        g = torch.randn(4, 9, device=device, requires_grad=True)
+        calls.append((backward.default, (g, y, -1)))
+    for op, args, *utilities in calls:
+        result = torch.library.opcheck(op, args, test_utils=utilities[0] if utilities else ALL)
         if set(result.values()) != {"SUCCESS"}:
-            raise AssertionError(f"opcheck softmax {tuple(args[0].shape)} dim={args[1]}: {result}")
-        checked += 1
-    y = torch.softmax(torch.randn(4, 9, device=device), -1).requires_grad_()
-    g = torch.randn(4, 9, device=device, requires_grad=True)
-    result = torch.library.opcheck(torch.ops.warp_softmax.softmax_backward.default, (g, y, -1))
-    if set(result.values()) != {"SUCCESS"}:
-        raise AssertionError(f"opcheck softmax_backward: {result}")
-    return checked + 1
+            shapes = [tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args]
+            raise AssertionError(f"opcheck {op} {shapes}: {result}")
+    return len(calls)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     devices = [d for d in devices if d == "cpu" or torch.cuda.is_available()]
     failed = False
     for device in devices:
-        for name, part in (("kernel paths", check_kernel_paths), ("opcheck", opcheck_all)):
+        parts = (
+            ("kernel paths", check_kernel_paths),
+            ("dtype=, FP8 and log_softmax paths", check_converting_paths),
+            ("opcheck", opcheck_all),
+        )
+        for name, part in parts:
             start = time.perf_counter()
             try:
                 count = part(device)

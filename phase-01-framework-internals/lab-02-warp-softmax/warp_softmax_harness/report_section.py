@@ -25,7 +25,7 @@ from warp_softmax import (
     threads_used,
 )
 
-from .compare import compare_with_f_softmax
+from .compare import check_converting_paths, compare_with_f_softmax
 from .scenarios import ROW_LENGTHS
 from .timing import BenchResult, plot_speedups, run_grid, steady_allocator
 
@@ -63,6 +63,19 @@ def _check_values() -> list[Check]:
             "; ".join(f for f in failures if "float32" not in f)[:300],
         ),
     ]
+
+
+def _check_converting() -> Check:
+    try:
+        cases, failure = check_converting_paths("cpu"), ""
+    except AssertionError as e:
+        cases, failure = 0, str(e).splitlines()[0][:300]
+    return Check(
+        "log_softmax, dtype= (widening) and FP8 in/out equal torch (FP8: bit-equal or a tie)",
+        not failure,
+        f"{cases} cases, rows 1..4101, aligned and misaligned",
+        failure,
+    )
 
 
 def _check_opcheck_and_grads() -> list[Check]:
@@ -220,6 +233,8 @@ def build_section(out_dir: Path, quick: bool) -> Section:
     section.checks += _machine_checks()
     with step("warp_softmax: values vs F.softmax"):
         section.checks += _check_values()
+    with step("warp_softmax: log_softmax, dtype=, FP8 vs torch"):
+        section.checks.append(_check_converting())
     with step("warp_softmax: opcheck, gradcheck"):
         section.checks += _check_opcheck_and_grads()
     with step("warp_softmax: load_library in a fresh process"):
