@@ -136,3 +136,16 @@ def test_grad_argnums_and_has_aux():
     close(aux, taux)
     with pytest.raises(RuntimeError, match="one-element"):
         mf.grad(lambda x: x * 2)(minigrad.tensor(x))
+
+
+def test_transformations_import_numpy_only():
+    """TensorFlow is jit's optional dependency: importing minigrad.func must not load it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, minigrad, minigrad.func; "
+        "print(sorted(m for m in ('tensorflow', 'torch', 'scipy', 'jax') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

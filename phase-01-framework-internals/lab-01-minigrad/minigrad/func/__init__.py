@@ -8,12 +8,15 @@ and the ops' forward/backward know nothing about them. See HITCHHIKERS-GUIDE.md.
 
 from minigrad.func.autodiff import grad, grad_and_value, hessian, jacfwd, jacrev, jvp, vjp
 from minigrad.func.ir import eval_ir, make_ir
+from minigrad.func.jit import jit
 from minigrad.func.pytree import tree_flatten, tree_map, tree_unflatten
+from minigrad.func.stablehlo import LoweringError, to_stablehlo
 from minigrad.func.vmap import vmap
 from minigrad.tracing import IR, TracingError
 
 __all__ = [
     "IR",
+    "LoweringError",
     "TracingError",
     "eval_ir",
     "grad",
@@ -21,8 +24,10 @@ __all__ = [
     "hessian",
     "jacfwd",
     "jacrev",
+    "jit",
     "jvp",
     "make_ir",
+    "to_stablehlo",
     "tree_flatten",
     "tree_map",
     "tree_unflatten",

@@ -1,0 +1,125 @@
+"""jit (StableHLO run by XLA) against eager minigrad: every primitive, the MLP training step,
+the emitted text (checked structurally), and the clear errors. TensorFlow is imported once,
+by the first jit compile of this module."""
+
+from __future__ import annotations
+
+import minigrad
+import minigrad.nn.functional as mF
+import numpy as np
+import pytest
+from minigrad import func as mf
+from minigrad_harness.scenarios import GRAD_CASES
+from minigrad_harness.testing import make_inputs, relative_error, requires_grad
+
+
+def _close(a, b, tol, what):
+    err = relative_error(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    assert err < tol, f"{what}: {err:.3g}"
+
+
+def _close_to_scale(a, b, tol, what):
+    """max |a - b| relative to the largest |b| of the tensor: float32 roundings of XLA's
+    (fused, reordered) sums against NumPy's, measured on the tensor's own scale."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    err = np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30)
+    assert err < tol, f"{what}: {err:.3g}"
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
+def test_jit_matches_eager_for_every_primitive(case):
+    """Output and gradient (of <out, u>) of each expression, in one compiled program: the
+    gradient brings in the backward-only primitives (SumTo, IndexBackward, ScatterAdd, masks)."""
+    _, expr, specs, positive = case
+    arrays = make_inputs(specs, 0, positive)
+    diff = [i for i, s in enumerate(specs) if requires_grad(s)]
+    tensors = [minigrad.tensor(a) for a in arrays]
+    u = np.random.default_rng(1).standard_normal(expr(mF, *tensors).shape)
+
+    def f(*xs):
+        full = list(tensors)
+        for i, x in zip(diff, xs, strict=True):
+            full[i] = x
+        return expr(mF, *full)
+
+    def out_and_grads(*xs):
+        g, _ = mf.grad_and_value(
+            lambda *ys: (f(*ys) * minigrad.tensor(u)).sum(), tuple(range(len(xs)))
+        )(*xs)
+        return f(*xs), g
+
+    xs = [tensors[i] for i in diff]
+    eager_out, eager_grads = out_and_grads(*xs)
+    jit_out, jit_grads = mf.jit(out_and_grads)(*xs)
+    _close(jit_out.data, eager_out.data, 1e-12, "output")
+    for a, b in zip(jit_grads, eager_grads, strict=True):
+        _close(a.data, b.data, 1e-12, "gradient")
+
+
+def _mlp_step(params, x, y, lr=0.5):
+    def loss(p):
+        h = mF.relu(mF.linear(x, p["0.weight"], p["0.bias"]))
+        return mF.cross_entropy(mF.linear(h, p["2.weight"], p["2.bias"]), y)
+
+    grads, value = mf.grad_and_value(loss)(params)
+    return value, grads, {k: params[k] - lr * grads[k] for k in params}
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+def test_jit_training_step_matches_eager(dtype, tol):
+    from minigrad_harness.digits_mlp import initial_weights, load_digits_split
+
+    data = load_digits_split()
+    x, y = minigrad.tensor(data.x_train[:256].astype(dtype)), minigrad.tensor(data.y_train[:256])
+    params = {k: minigrad.tensor(v.astype(dtype)) for k, v in initial_weights().items()}
+    step = mf.jit(_mlp_step)
+    close = _close if dtype == np.float64 else _close_to_scale
+    for _ in range(3):  # the cached executable serves the later steps
+        loss, grads, new = step(params, x, y)
+        e_loss, e_grads, e_new = _mlp_step(params, x, y)
+        close(loss.data, e_loss.data, tol, "loss")
+        for k in params:
+            assert new[k].dtype == dtype
+            close(grads[k].data, e_grads[k].data, tol, f"gradient of {k}")
+            close(new[k].data, e_new[k].data, tol, f"updated {k}")
+        params = new
+    assert len(step.cache) == 1
+
+
+def test_emitted_text_has_the_expected_ops():
+    w = minigrad.tensor(np.ones((4, 3)))
+    text = mf.to_stablehlo(lambda x: (mF.relu(x @ w) * 2.0).sum(1))(np.ones((2, 4)))
+    for op in (
+        "stablehlo.dot_general",
+        "stablehlo.maximum",
+        "stablehlo.multiply",
+        "stablehlo.reduce",
+    ):
+        assert f'"{op}"' in text
+    assert "func.func public @main(%arg0: tensor<2x4xf64>) -> (tensor<2xf64>)" in text
+    assert text.count("stablehlo.dot_general") == 1
+
+
+def test_ir_prints_like_a_jaxpr():
+    ir = mf.make_ir(mf.grad(lambda x: (x.tanh() * x).sum()))(np.ones(3))
+    text = str(ir)
+    assert text.startswith("{ lambda") and "f64[3]" in text
+    assert "tanh" in text and "mul" in text and text.rstrip().endswith("}")
+
+
+def test_unsupported_cases_name_the_primitive():
+    class Twice(minigrad.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    with pytest.raises(mf.LoweringError, match="Twice"):
+        mf.to_stablehlo(lambda x: Twice.apply(x))(np.ones(3))
+    with pytest.raises(mf.LoweringError, match="Index"):
+        mf.to_stablehlo(lambda x: x[np.array([0, 1]), :, np.array([1, 0])])(np.ones((3, 3, 3)))
+    with pytest.raises(mf.TracingError, match="data-dependent"):
+        mf.jit(lambda x: x[x > 0])(np.ones(3))
