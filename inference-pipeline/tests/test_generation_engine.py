@@ -193,3 +193,34 @@ def test_paged_gather_returns_what_was_appended() -> None:
         cache.append(2, np.zeros((2, 2, 2, 2), np.float32), np.zeros((2, 2, 2, 2), np.float32))
     assert cache.release(3) == 4
     cache.check()
+
+
+def test_a_failing_model_ends_requests_with_error_and_frees_blocks() -> None:
+    class FailsOnThirdPass(CountingStep):
+        calls = 0
+
+        def __call__(self, *args):
+            self.calls += 1
+            if self.calls == 3:
+                raise RuntimeError("model exploded")
+            return super().__call__(*args)
+
+    engine = ContinuousBatchingEngine(FailsOnThirdPass(), max_batch=2, block_size=4)
+    handles = [
+        engine.submit(GenerationRequest(b"a", 10)),
+        engine.submit(GenerationRequest(b"b", 10)),
+    ]
+    engine.step()
+    with pytest.raises(RuntimeError, match="exploded"):
+        for _ in range(3):
+            engine.step()
+    assert [h.finish_reason for h in handles] == ["error", "error"]
+    assert engine.cache.free_blocks == engine.cache.num_blocks
+    later = engine.submit(GenerationRequest(b"c", 5))  # the engine keeps serving
+    engine.run_until_idle()
+    assert later.finish_reason == "length" and bytes(later.output) == b"defgh"
+    static = StaticBatchingEngine(FailsOnThirdPass(), batch_size=2, max_wait_s=0)
+    batch = [static.submit(GenerationRequest(b"a", 10)), static.submit(GenerationRequest(b"b", 10))]
+    with pytest.raises(RuntimeError, match="exploded"):
+        static.step()
+    assert [h.finish_reason for h in batch] == ["error", "error"]

@@ -14,6 +14,7 @@ and decodes every row until the longest one finishes; a finished row's slot idle
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from inference_pipeline.generation.paged_cache import PagedKVCache
 from inference_pipeline.generation.requests import GenerationRequest, RequestHandle
 from inference_pipeline.generation.runtime import StepFunction, empty_past
 from inference_pipeline.generation.sampling import sample_next
+
+log = logging.getLogger(__name__)
 
 # Re-gather the decode batch from the blocks once its kept past is this many slots wider than
 # its longest sequence (holes and padding cost attention work; a gather costs two copies).
@@ -145,8 +148,17 @@ class ContinuousBatchingEngine(_Engine):
         if not self.running:
             return False
         self.stats.iterations += 1
-        self._decode([s for s in self.running if s.decoding])
-        self._prefill([s for s in self.running if not s.decoding])
+        try:
+            self._decode([s for s in self.running if s.decoding])
+            self._prefill([s for s in self.running if not s.decoding])
+        except Exception:
+            # The model failed: end every running request with "error" (streams close, blocks
+            # return) rather than leave callers waiting; the caller sees the exception.
+            for seq in self.running:
+                seq.handle.finish("error")
+            self._slots, self._dense_past = [], []
+            self._retire()
+            raise
         self._retire()
         return True
 
@@ -314,7 +326,12 @@ class StaticBatchingEngine(_Engine):
         handles = self._pop_waiting(self.batch_size)
         if not handles:
             return False
-        self._run_batch(handles)
+        try:
+            self._run_batch(handles)
+        except Exception:
+            for handle in handles:  # the model failed: no caller waits forever
+                handle.finish("error")
+            raise
         return True
 
     def _run_batch(self, handles: list[RequestHandle]) -> None:
@@ -367,7 +384,12 @@ class EngineRunner:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            if not self.engine.step():
+            try:
+                busy = self.engine.step()
+            except Exception:  # the engine ended the affected requests with "error"
+                log.exception("generation step failed")
+                continue
+            if not busy:
                 with self.engine.work_available:
                     if not self.engine.has_work():
                         self.engine.work_available.wait(0.05)
