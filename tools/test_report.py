@@ -111,6 +111,7 @@ def test_headline_block_opens_the_page_then_the_plots(tmp_path: Path):
     first, second = headline_rows(page)
     assert "<code>F.softmax</code>" in first and "2.5×" in first and "3e-14 (limit 1e-5)" in first
     assert "FAIL" in second and "1 of 2 passed" in second  # no headline: its pass count
+    assert "failed (1): <b>y: 2</b>" in second  # and a failure is named on the first screen
     md = render_markdown([with_figures, without], tmp_path, "t", "m")
     assert md.index("| status | section | key figures |") < md.index("## Lab A")
     assert "2.5×" in md.split("## Lab A")[0]

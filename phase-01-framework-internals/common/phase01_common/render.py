@@ -69,11 +69,14 @@ def shown_columns(table: Table) -> list[int]:
 
 
 def headline_figures(section: Section) -> list[tuple[str, str]]:
-    """The section's key figures; without any, its pass count."""
-    if section.headline:
-        return section.headline
+    """The section's key figures (without any, its pass count), and its first failure."""
     counts = count_checks([section])
-    return [("checks", f"{counts.passed} of {counts.checks} passed")]
+    figures = list(section.headline) or [("checks", f"{counts.passed} of {counts.checks} passed")]
+    failed = [c for c in section.checks if not c.passed and not c.benchmark]
+    if failed:
+        measured = failed[0].measured if len(failed[0].measured) <= 120 else "see below"
+        figures.append((f"failed ({counts.failed})", f"{failed[0].name}: {measured}"))
+    return figures
 
 
 # --------------------------------------------------------------------------------------------
