@@ -212,9 +212,12 @@ def main(argv: list[str] | None = None) -> int:
                 bench_size(64, 128, budget_s=budget, max_rounds=500, block=10),
                 bench_size(1024, 1024, budget_s=budget * 2, max_rounds=20, block=2),
             ]
+            _print_table(rows, args.threads)
+            from minigrad_harness.bench_func import run_all
+
+            func_figures = run_all(args.quick, args.threads)
     finally:
         torch.set_num_threads(prev_threads)
-    _print_table(rows, args.threads)
     if args.out is not None:
         result = {
             "threads": args.threads,
@@ -224,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": platform.machine(),
             "cpu_count": os.cpu_count(),
             "rows": [r.as_dict() for r in rows],
+            "func": func_figures,
         }
         args.out.write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {args.out}")
