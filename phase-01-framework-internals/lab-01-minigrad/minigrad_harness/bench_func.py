@@ -146,9 +146,8 @@ def run_all(quick: bool, threads: int = 1) -> dict:
         bench_jit_step(1024, 1024, budget * 2, max_rounds=20, block=2),
     ]
     print("\nMLP training step: jit (StableHLO -> XLA) vs hand NumPy vs torch eager, median ms")
-    print(
-        f"{'(batch, hidden)':>16} | {'jit':>8} | {'NumPy':>8} | {'torch':>8} | {'NumPy/jit':>9} | compile s"
-    )
+    cols = f"{'jit':>8} | {'NumPy':>8} | {'torch':>8} | {'NumPy/jit':>9}"
+    print(f"{'(batch, hidden)':>16} | {cols} | compile s")
     for r in rows:
         print(
             f"{str((r['batch'], r['hidden'])):>16} | {r['jit_ms']:8.3f} | "
