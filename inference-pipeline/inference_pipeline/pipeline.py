@@ -135,7 +135,7 @@ def _make_variants(
     static = quantize.quantize_int8_static(
         base, work / "int8_static.onnx", tokenizer, calibration, per_channel=True
     )
-    recipe = f"static QDQ, MinMax on {len(calibration)} training texts"
+    recipe = f"static QDQ, MinMax on {len(calibration)} training texts, FFN output FP32"
     variants.append(Variant(f"{MODEL_PREFIX}_int8_static", "torchscript", "int8", recipe, static))
     progress(f"  quantized INT8 static QDQ ({len(calibration)} calibration texts)")
     fp16 = quantize.convert_fp16(work / "torchscript_fused.onnx", work / "fp16.onnx")

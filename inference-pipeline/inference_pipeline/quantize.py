@@ -82,6 +82,20 @@ class TextCalibrationReader(CalibrationDataReader):
         self._next = iter(self._batches)
 
 
+def ffn_output_matmuls(path: Path, intermediate: int = 1536, hidden: int = 384) -> list[str]:
+    """Names of the feed-forward output projections (weight [intermediate, hidden]): their
+    input is the GELU output, whose rare large values a MinMax range stretches until the
+    common small ones round to a few INT8 steps."""
+    model = onnx.load(str(path), load_external_data=False)
+    shapes = {i.name: tuple(i.dims) for i in model.graph.initializer}
+    return [
+        node.name
+        for node in model.graph.node
+        if node.op_type == "MatMul"
+        and any(shapes.get(name) == (intermediate, hidden) for name in node.input)
+    ]
+
+
 def quantize_int8_static(
     src: Path,
     dst: Path,
@@ -89,10 +103,17 @@ def quantize_int8_static(
     calibration_texts: Sequence[str],
     per_channel: bool = True,
     batch_size: int = 8,
+    keep_ffn_output_fp32: bool = True,
 ) -> Path:
-    """QDQ INT8 with activation ranges from ``calibration_texts`` (MinMax calibration)."""
+    """QDQ INT8 with activation ranges from ``calibration_texts`` (MinMax calibration).
+
+    ``keep_ffn_output_fp32`` leaves the 6 feed-forward output MatMuls in FP32: measured on
+    the BBC model, quantizing them drops the worst embedding cosine from 0.99 to 0.90-0.95
+    (below the 0.98 gate), and Percentile calibration instead of MinMax made it worse (0.76).
+    """
     if not calibration_texts:
         raise ValueError("static quantization needs at least one calibration text")
+    excluded = ffn_output_matmuls(src) if keep_ffn_output_fp32 else []
     reader = TextCalibrationReader(tokenizer, calibration_texts, batch_size)
     with _quiet():
         quantize_static(
@@ -105,6 +126,7 @@ def quantize_int8_static(
             weight_type=QuantType.QInt8,
             op_types_to_quantize=list(QUANTIZED_OPS),
             calibrate_method=CalibrationMethod.MinMax,
+            nodes_to_exclude=excluded,
             extra_options=_QUANT_OPTIONS,
         )
     check_io_contract(onnx.load(str(dst)), str(dst))
