@@ -29,6 +29,7 @@ class Compiled:
     text: str
     out_spec: Any
     run: Any
+    concrete: Any = None
     compile_seconds: float = 0.0
     out_types: list = field(default_factory=list)
 
@@ -64,7 +65,9 @@ def _xla_callable(text: str, in_avals: list, out_avals: list) -> Any:
             list(xs), version=9, module=text, Tout=tout, Sout=sout, platforms=["CPU"]
         )
 
-    return run
+    # Calling the concrete function skips tf.function's per-call argument matching, which
+    # costs more than a small step itself (measured: ~2 ms against ~0.2 ms)
+    return run, run.get_concrete_function()
 
 
 def jit(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -84,24 +87,24 @@ def jit(func: Callable[..., Any]) -> Callable[..., Any]:
             )
             out_avals.append((shape, dt))
         start = time.perf_counter()
-        run = _xla_callable(text, in_avals, out_avals)
+        run, concrete = _xla_callable(text, in_avals, out_avals)
         arrays = [as_tensor(x).data for x in leaves if is_tensor_leaf(x)]
-        run(*arrays)  # traces the tf.function and compiles the XLA executable
-        return Compiled(ir, text, out_spec, run, time.perf_counter() - start, out_avals)
+        concrete(*arrays)  # the first call compiles the XLA executable
+        seconds = time.perf_counter() - start
+        return Compiled(ir, text, out_spec, run, concrete, seconds, out_avals)
 
     def wrapped(*args: Any) -> Any:
-        leaves, _ = tree_flatten(args)
-        key = _signature(leaves) + (repr(tree_flatten(args)[1]),)
+        leaves, spec = tree_flatten(args)
+        key = (_signature(leaves), repr(spec))
         entry = cache.get(key)
         if entry is None:
             entry = cache[key] = compile_for(args)
-        arrays = [as_tensor(x).data for x in leaves if is_tensor_leaf(x)]
-        outs = entry.run(*arrays)
+        arrays = [
+            x.data if isinstance(x, Tensor) else np.asarray(x) for x in leaves if is_tensor_leaf(x)
+        ]
+        outs = entry.concrete(*arrays)
         values = [Tensor._wrap(np.asarray(o.numpy())) for o in outs]
         return tree_unflatten(entry.out_spec, values)
 
     wrapped.cache = cache  # type: ignore[attr-defined]
-    wrapped.compiled = lambda *args: cache.get(  # type: ignore[attr-defined]
-        _signature(tree_flatten(args)[0]) + (repr(tree_flatten(args)[1]),)
-    )
     return wrapped
