@@ -212,6 +212,22 @@ def _benchmark() -> Table:
     )
 
 
+def _func_part(section: Section, quick: bool) -> None:
+    from minigrad_harness import func_demo
+
+    check, err = func_demo.per_sample_check()
+    section.checks.append(check)
+    section.checks += func_demo.rule_checks()
+    ir_text, hlo_text = func_demo.small_example()
+    section.texts.append(("IR of grad(lambda w: (w.tanh() * w).sum()) (make_ir)", ir_text))
+    section.texts.append(("StableHLO of lambda w: (w.tanh() * w).sum() (to_stablehlo)", hlo_text))
+    section.headline.append(("per-sample grads vs torch.func", f"{err:.1e} (limit 1e-10)"))
+    if not quick:
+        check, summary = func_demo.jit_step_check()
+        section.checks.append(check)
+        section.texts.append(("What XLA made of the jitted MLP training step", summary))
+
+
 def _headline(grad_table: Table, mlp_table: Table, curve_rel: float) -> list[tuple[str, str]]:
     """The three figures that open the report: gradients, loss curve, accuracy."""
     worst = max(max(row[2], row[3]) for row in grad_table.rows)
@@ -245,6 +261,8 @@ def build_section(out_dir: Path, quick: bool) -> Section:
         section.images.append(image)
     with step("second-order gradients"):
         section.checks += _second_order()
+    with step("minigrad.func: vmap, grad, IR, StableHLO (jit without --quick)"):
+        _func_part(section, quick)
     if not quick:
         with step("benchmark (short)"):
             section.tables.append(_benchmark())
