@@ -136,6 +136,8 @@ def test_ray_serve_answers_v2_and_stops_every_process_it_started(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+# importing ray.serve raises pydantic-v1-style deprecation warnings inside Ray itself
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_serve_deploy_config_builds_the_same_deployment():
     import yaml
     from inference_pipeline.serving import ray_deployment
