@@ -258,10 +258,9 @@ def run(args: argparse.Namespace, allocator: str) -> None:
 def run_cast_paths(args: argparse.Namespace) -> tuple[list[dict], dict]:
     """FP8 in / out, dtype= and log_softmax against torch's composite calls (bench_casts)."""
     devices = [d for d in ("cpu", "cuda") if args.device in (d, "all")]
+    devices = [d for d in devices if d == "cpu" or torch.cuda.is_available()]
     results = []
     for device in devices:
-        if device == "cuda" and not torch.cuda.is_available():
-            continue
         results += run_casts(
             device,
             [1024, 4096, 32768] if args.quick else [128, 1024, 4096, 8192, 32768],
