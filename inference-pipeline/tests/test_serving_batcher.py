@@ -58,10 +58,10 @@ async def occupy(batcher: DynamicBatcher, model: FakeModel) -> asyncio.Task:
 def test_queue_delay_counts_from_the_oldest_request():
     async def scenario():
         model = FakeModel()
-        batcher = await started_batcher(model, max_batch_size=8, max_queue_delay_us=150_000)
+        batcher = await started_batcher(model, max_batch_size=8, max_queue_delay_us=300_000)
         begin = time.monotonic()
         first = asyncio.create_task(batcher.submit("a"))
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.2)
         second = asyncio.create_task(batcher.submit("b"))
         assert await first == "out-a" and await second == "out-b"
         elapsed = time.monotonic() - begin
@@ -70,7 +70,7 @@ def test_queue_delay_counts_from_the_oldest_request():
 
     batches, elapsed = run(scenario())
     assert batches == [["a", "b"]]
-    assert 0.14 <= elapsed < 0.24  # 150 ms after "a", not 150 ms after "b" (250 ms)
+    assert 0.29 <= elapsed < 0.45  # 300 ms after "a", not 300 ms after "b" (500 ms)
 
 
 def test_preferred_batch_size_dispatches_without_waiting():
