@@ -90,7 +90,7 @@ def test_open_loop_counts_queueing_that_a_closed_loop_hides():
         opened = asyncio.run(open_loop(host, port, PATH, bodies, 60.0, 0.6, 100, 0.0, seed=1))
     assert closed.errors == opened.errors == 0
     # back to back, each request sees about one service time ...
-    assert closed.latency_ms["p50"] < 0.03 * 1e3 * 2
+    assert closed.latency_ms["p50"] < 0.03 * 1e3 * 3
     # ... but arrivals at 60/s into a 33/s server queue up, and the open loop shows it
     assert opened.latency_ms["p90"] > 4 * closed.latency_ms["p50"]
     assert opened.throughput < 45

@@ -127,7 +127,7 @@ def test_full_queue_rejects_at_once_and_accepted_work_completes():
 
     results, reject_s = run(scenario())
     assert results == ["out-blocker", "out-0", "out-1", "out-2"]
-    assert reject_s < 0.05
+    assert reject_s < 0.5  # immediate; the accepted ones wait for a blocked instance
 
 
 def test_timeout_while_queued_and_priority_order():
