@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from minigrad import rules
 from minigrad.tensor import Tensor
 
 _generator = np.random.default_rng()
@@ -81,10 +82,12 @@ def arange(
 
 
 def randn(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    rules.check_randomness("randn")
     return _make(_generator.standard_normal(_size(size), np.float32), dtype, requires_grad)
 
 
 def rand(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    rules.check_randomness("rand")
     return _make(_generator.random(_size(size), np.float32), dtype, requires_grad)
 
 
@@ -108,11 +111,13 @@ def full_like(t: Tensor, fill_value: float, dtype: Any = None, requires_grad: bo
 
 
 def randn_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    rules.check_randomness("randn_like")
     shape, dt = _like(t, dtype)
     return Tensor(_generator.standard_normal(shape).astype(dt), requires_grad=requires_grad)
 
 
 def rand_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    rules.check_randomness("rand_like")
     shape, dt = _like(t, dtype)
     return Tensor(_generator.random(shape).astype(dt), requires_grad=requires_grad)
 

@@ -19,6 +19,7 @@ the outer trace in turn). Nothing here knows any op.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from typing import Any
 
@@ -259,6 +260,34 @@ def _key_str(k: Any) -> str:
     return "None" if k is None else str(k)
 
 
+# Arguments printed as [name=value] parameters (jaxpr style) rather than as operands.
+_STATIC = {
+    "approximate",
+    "axes",
+    "axis",
+    "correction",
+    "dim",
+    "dtype",
+    "eps",
+    "keepdims",
+    "key",
+    "n_dims",
+    "nan_is_max",
+    "op",
+    "padding_idx",
+    "reduction",
+    "shape",
+}
+
+
+def _arg_names(prim: type) -> list[str | None]:
+    try:
+        params = list(inspect.signature(prim.forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return []
+    return [None if p.kind is p.VAR_POSITIONAL else p.name for p in params]
+
+
 def format_ir(ir: IR) -> str:
     """A jaxpr-like listing: ``{ lambda consts ; inputs. let eqns in (outputs) }``."""
     gen, names = _names(), {}
@@ -277,7 +306,15 @@ def format_ir(ir: IR) -> str:
     ins = " ".join(decl(v) for v in ir.invars)
     lines = [f"{{ lambda {consts} ; {ins}. let"]
     for e in ir.eqns:
-        args = " ".join(name(x) for x in e.ins)
-        lines.append(f"    {decl(e.out)} = {e.prim.__name__.lower()} {args}")
+        arg_names = _arg_names(e.prim)
+        params, operands = [], []
+        for i, x in enumerate(e.ins):
+            arg = arg_names[i] if i < len(arg_names) else None
+            if isinstance(x, Lit) and arg in _STATIC:
+                params.append(f"{arg}={_lit_str(x.value)}")
+            else:
+                operands.append(name(x))
+        head = e.prim.__name__.lower() + (f"[{' '.join(params)}]" if params else "")
+        lines.append(f"    {decl(e.out)} = {head} {' '.join(operands)}")
     lines.append(f"  in ({', '.join(name(o) for o in ir.outs)}) }}")
     return "\n".join(lines)

@@ -75,6 +75,8 @@ def test_randomness_error_and_same():
     x = minigrad.tensor(rng.standard_normal((4, 6)))
     with pytest.raises(RuntimeError, match="randomness='same'"):
         mf.vmap(lambda v: mF.dropout(v, 0.5))(x)
+    with pytest.raises(RuntimeError, match="randn"):
+        mf.vmap(lambda v: v + minigrad.randn(6, dtype=np.float64))(x)
     out = mf.vmap(lambda v: mF.dropout(v, 0.5), randomness="same")(x)
     kept = (out.data != 0) == (out.data[0] != 0)  # one mask for every example
     assert kept.all()
