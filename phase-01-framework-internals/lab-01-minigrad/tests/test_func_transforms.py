@@ -97,6 +97,32 @@ def test_vmap_hessian_and_per_example_grad_match_torch_func(case):
     _close(mh, th, "hessian")
 
 
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_vmap_with_unbatched_inputs_matches_torch_func(case):
+    """One input mapped (along its last dim), the others shared (in_axes None): the rules'
+    mixed batched/unbatched paths (broadcasting, matmul ranks, masks)."""
+    _, expr, specs, positive = case
+    arrays, diff, fm, ft = _setup(expr, specs, positive)
+    xs = [arrays[i] for i in diff]
+    for mapped in {0, len(xs) - 1}:
+        batch = np.stack([xs[mapped] + 0.1 * k for k in range(BATCH)], axis=-1)
+        args = list(xs)
+        args[mapped] = batch
+        axes = tuple(-1 if i == mapped else None for i in range(len(xs)))
+        m = mf.vmap(fm, in_axes=axes)(*map(minigrad.tensor, args))
+        t = tf.vmap(ft, in_dims=axes)(*map(torch.tensor, args))
+        _close(m, t, f"vmap with input {mapped} mapped")
+        # and the gradient w.r.t. the mapped input alone (a zero tangent for the others)
+        u = np.random.default_rng(3).standard_normal(t.shape[1:] if t.ndim else ())
+        m = mf.vmap(mf.grad(lambda *a: (fm(*a) * minigrad.tensor(u)).sum(), mapped), axes)(
+            *map(minigrad.tensor, args)
+        )
+        t = tf.vmap(tf.grad(lambda *a: (ft(*a) * torch.tensor(u)).sum(), mapped), axes)(
+            *map(torch.tensor, args)
+        )
+        _close(m, t, f"vmap(grad) w.r.t. mapped input {mapped}")
+
+
 def test_every_primitive_has_vmap_and_jvp_rules():
     assert rules.missing("vmap") == []
     assert rules.missing("jvp") == []

@@ -129,10 +129,15 @@ def _linear_vmap(size, args, batched):
     if not bw and not bb:
         return Linear.apply(x, w, bias)
     wt = P["Permute"].apply(w, (0, 2, 1)) if bw else P["Permute"].apply(w, (1, 0))
-    y = _matmul_vmap(size, (x, wt), (bx, bw))
+    if bx or bw:
+        y = _matmul_vmap(size, (x, wt), (bx, bw))
+        rank = ex_ndim(y, True)
+    else:  # only the bias is batched: x @ w.T is shared, with a unit batch dim
+        y = MatMul.apply(x, wt)
+        rank = y.ndim
+        y = P["Reshape"].apply(y, (1,) + y.shape)
     if bias is None:
         return y
-    rank = ex_ndim(y, True)
     return y + align(bias, bb, rank)
 
 
