@@ -114,10 +114,10 @@ def test_vmap_with_unbatched_inputs_matches_torch_func(case):
         _close(m, t, f"vmap with input {mapped} mapped")
         # and the gradient w.r.t. the mapped input alone (a zero tangent for the others)
         u = np.random.default_rng(3).standard_normal(t.shape[1:] if t.ndim else ())
-        m = mf.vmap(mf.grad(lambda *a: (fm(*a) * minigrad.tensor(u)).sum(), mapped), axes)(
+        m = mf.vmap(mf.grad(lambda *a, u=u: (fm(*a) * minigrad.tensor(u)).sum(), mapped), axes)(
             *map(minigrad.tensor, args)
         )
-        t = tf.vmap(tf.grad(lambda *a: (ft(*a) * torch.tensor(u)).sum(), mapped), axes)(
+        t = tf.vmap(tf.grad(lambda *a, u=u: (ft(*a) * torch.tensor(u)).sum(), mapped), axes)(
             *map(torch.tensor, args)
         )
         _close(m, t, f"vmap(grad) w.r.t. mapped input {mapped}")
