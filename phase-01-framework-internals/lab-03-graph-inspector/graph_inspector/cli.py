@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 from graph_inspector.errors import NotASavedModelError
+from graph_inspector.quiet import _CapturedLog, native_stderr_captured
 
 EXIT_USAGE = 2  # bad path / not a SavedModel / bad arguments
 EXIT_FAILED = 1  # the job ran and failed (unconvertible graph, failing checks)
@@ -68,7 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dot", metavar="FILE", help="write Graphviz DOT (and SVG where dot exists)")
     p.add_argument("--tensorboard", metavar="DIR", help="write each graph as a TensorBoard log")
     p.add_argument("--xla", action="store_true", help="XLA compile time and HLO op counts")
-    p.add_argument("--mlir", action="store_true", help="op counts of the TF-dialect MLIR")
+    p.add_argument(
+        "--mlir",
+        action="store_true",
+        help="MLIR op counts at each lowering stage (TF -> StableHLO)",
+    )
+    p.add_argument("--mlir-dump", metavar="DIR", help="with --mlir: write each stage's MLIR here")
     p.add_argument("--signature", help="only this signature key (default: all)")
     p.add_argument("--no-expand", action="store_true", help="keep function calls as one node")
     p.add_argument(
@@ -88,6 +93,19 @@ def build_parser() -> argparse.ArgumentParser:
         "signatures", help="every signature's inputs and outputs, and the assets carried"
     )
     p.add_argument("savedmodel_dir")
+
+    p = sub.add_parser(
+        "profile", help="TF Profiler per op type, joined with the cost model, on a roofline"
+    )
+    p.add_argument("savedmodel_dir")
+    p.add_argument("--signature", default="serving_default", help="signature key")
+    p.add_argument("--steps", type=_positive_int, default=20, help="profiled calls")
+    p.add_argument(
+        "--unknown-dim", type=_positive_int, default=1, metavar="N", help="size of None dims"
+    )
+    p.add_argument(
+        "--logdir", metavar="DIR", default="graph_inspector_profile", help="trace folder"
+    )
 
     p = sub.add_parser(
         "quant-debug", help="int8 layer by layer: which layer breaks, and keeping it in float"
@@ -130,6 +148,7 @@ def main(argv: list[str] | None = None, harness: dict[str, Handler] | None = Non
         "convert": cmd_convert,
         "signatures": cmd_signatures,
         "quant-debug": cmd_quant_debug,
+        "profile": cmd_profile,
         **(harness or {}),
     }
     try:
@@ -222,7 +241,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     _check_output_file("--dot", args.dot)
     if args.tensorboard:
         _check_output_dir("--tensorboard", args.tensorboard)
+    if args.mlir_dump:
+        if not args.mlir:
+            raise CliError("--mlir-dump needs --mlir")
+        _check_output_dir("--mlir-dump", args.mlir_dump)
     folder = _checked_savedmodel(args.savedmodel_dir)
+    if args.mlir_dump:
+        Path(args.mlir_dump).mkdir(parents=True, exist_ok=True)
     from graph_inspector.inspect_graph import inspect_savedmodel
 
     try:
@@ -249,7 +274,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         if args.xla:
             _print_xla(report, args.unknown_dim or 1)
         if args.mlir:
-            _print_mlir(report)
+            _print_mlir(report, key, args.mlir_dump)
         print()
     _write_inspect_outputs(args, reports)
     return 0
@@ -311,16 +336,21 @@ def _print_xla(report: Any, unknown_dim: int) -> None:
     )
 
 
-def _print_mlir(report: Any) -> None:
-    from graph_inspector.inspect_graph import mlir_op_counts
+def _print_mlir(report: Any, key: str, dump_dir: str | None) -> None:
+    from graph_inspector.compiler_stats import mlir_stages
 
-    try:
-        counts = mlir_op_counts(report.concrete_function)
-    except Exception as exc:  # noqa: BLE001 - optional analysis
-        print(f"  MLIR: not converted ({type(exc).__name__}: {_one_line(exc)[:200]})")
-        return
-    top = ", ".join(f"{op} {n}" for op, n in list(counts.items())[:12])
-    print(f"  MLIR (tf.mlir.experimental.convert_function): {sum(counts.values())} ops: {top}")
+    for stage in mlir_stages(report.concrete_function):
+        if stage.error:
+            print(f"  MLIR {stage.stage}: not converted ({stage.error})")
+            continue
+        top = ", ".join(f"{op} {n}" for op, n in list(stage.op_counts.items())[:8])
+        dialects = ", ".join(f"{d} {n}" for d, n in stage.by_dialect().items())
+        print(f"  MLIR {stage.stage}: {sum(stage.op_counts.values())} ops ({dialects}): {top}")
+        if dump_dir:
+            name = stage.stage.replace(" ", "_").replace("/", "_")
+            path = Path(dump_dir) / f"{key}.{name}.mlir"
+            path.write_text(stage.text)
+            print(f"    wrote {path}")
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -368,83 +398,13 @@ def cmd_signatures(args: argparse.Namespace) -> int:
     return 0
 
 
-class _CapturedLog:
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def read(self) -> str:
-        try:
-            with open(self.path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
-
-
-@contextmanager
-def native_stderr_captured() -> Iterator[_CapturedLog]:
-    """Send fd 2 to a temporary file for the block: the TFLite converter's C++/MLIR side writes
-    its diagnostics there directly, and the contract is a one-line error. The text is kept
-    (shown with GRAPH_INSPECTOR_DEBUG=1)."""
-    import tempfile
-
-    sys.stderr.flush()
-    handle, path = tempfile.mkstemp(prefix="graph_inspector_", suffix=".log")
-    saved = os.dup(2)
-    try:
-        os.dup2(handle, 2)
-        yield _CapturedLog(path)
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(handle)
-        if not os.environ.get("GRAPH_INSPECTOR_DEBUG"):
-            os.unlink(path)
-
-
 def cmd_quant_debug(args: argparse.Namespace) -> int:
-    folder = _checked_savedmodel(args.savedmodel_dir)
-    import numpy as np
+    from graph_inspector.cli_analysis import quant_debug
 
-    from graph_inspector.quant_debug import deny_list, layer_errors, selective_int8
-    from graph_inspector.savedmodel import load_serving_fn, probe_inputs_from_signature
-    from graph_inspector.tflite import (
-        TFLiteModel,
-        convert_savedmodel_to_tflite,
-        representative_from,
-    )
+    return quant_debug(args)
 
-    with native_stderr_captured():
-        try:
-            reference = load_serving_fn(folder, args.signature)
-        except NotASavedModelError as exc:
-            raise CliError(str(exc)) from exc
-        inputs = probe_inputs_from_signature(reference.signature, batch=args.samples)
-        calibration = representative_from(inputs)
-        layers = layer_errors(folder, calibration, args.signature)
-        int8 = convert_savedmodel_to_tflite(folder, "int8", args.signature, calibration)
-        deny = deny_list(int8, layers, args.deny)
-        models = {
-            "int8": int8,
-            f"int8 with {', '.join(deny)} in float": selective_int8(
-                folder, calibration, deny, args.signature
-            ),
-        }
-        expected = reference(inputs)
-        scores = {}
-        for name, content in models.items():
-            got = TFLiteModel(content, args.signature).predict_outputs(inputs)
-            scores[name] = max(
-                float(np.linalg.norm(got[k] - v) / max(np.linalg.norm(v), 1e-12))
-                for k, v in expected.items()
-            )
-    print(f"int8 layer errors of {folder} ({args.samples} random samples), worst first:")
-    print(f"  {'layer output':<40}{'op':<18}{'MSE':>12}{'RMSE/step':>11}")
-    for layer in layers:
-        print(
-            f"  {layer.tensor[:39]:<40}{layer.op[:17]:<18}{layer.mean_squared_error:>12.4g}"
-            f"{layer.rmse_over_scale:>11.3f}"
-        )
-    for name, rel in scores.items():
-        print(f"{name}: relative error vs TensorFlow {rel:.3g}")
-    return 0
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from graph_inspector.cli_analysis import profile
+
+    return profile(args)

@@ -87,6 +87,7 @@ def compare_modes(model: OutlierModel, repeats: int = 50) -> list[ModeResult]:
 
     from graph_inspector.errors import ConversionError
     from graph_inspector.quant_debug import deny_list, layer_errors, selective_int8
+    from graph_inspector.quiet import native_stderr_captured
     from graph_inspector.savedmodel import load_serving_fn, signature_param_bytes
     from graph_inspector.tflite import (
         ALL_QUANTIZATIONS,
@@ -100,14 +101,15 @@ def compare_modes(model: OutlierModel, repeats: int = 50) -> list[ModeResult]:
     reference = load_serving_fn(model.folder)
     expected = reference(inputs)["logits"]
     calibration = representative_from({"x": model.inputs[:100]})
-    contents = {
-        mode: convert_savedmodel_to_tflite(model.folder, mode, representative=calibration)
-        for mode in ALL_QUANTIZATIONS
-    }
-    layers = layer_errors(model.folder, calibration)
-    deny = deny_list(contents["int8"], layers)
-    kept = "+".join(name.split(";")[0] for name in deny)
-    contents[f"int8, {kept} float (debugger)"] = selective_int8(model.folder, calibration, deny)
+    with native_stderr_captured():  # the converter's C++ diagnostics: not for the console
+        contents = {
+            mode: convert_savedmodel_to_tflite(model.folder, mode, representative=calibration)
+            for mode in ALL_QUANTIZATIONS
+        }
+        layers = layer_errors(model.folder, calibration)
+        deny = deny_list(contents["int8"], layers)
+        kept = "+".join(name.split(";")[0] for name in deny)
+        contents[f"int8, {kept} float (debugger)"] = selective_int8(model.folder, calibration, deny)
     one = {"x": model.inputs[:1]}
     results = []
     for mode, content in contents.items():

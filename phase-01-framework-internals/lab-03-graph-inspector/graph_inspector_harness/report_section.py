@@ -19,6 +19,13 @@ from typing import Any
 
 from phase01_common.report import Check, Image, Section, Table, step
 
+from graph_inspector_harness.report_parts import (
+    concepts_part,
+    profile_part,
+    quantization_part,
+    xla_mlir_part,
+)
+
 TITLE = "Lab 03 — graph_inspector: tf.function graphs, retracing, BERT to TFLite"
 NUM_LABELS = 5  # BBC News topics
 
@@ -75,18 +82,23 @@ def build_section(out_dir: Path, quick: bool) -> Section:
 
     start = time.perf_counter()
     with step("TF1 Session.run vs tf.function; a SavedModel's signatures and asset"):
-        _concepts_part(section, out_dir)
+        concepts_part(section, out_dir)
     timed("TF1 / SavedModel concepts", start)
 
     start = time.perf_counter()
     with step("every TFLite mode, and the quantization debugger, on a planted outlier"):
-        _quantization_part(section, out_dir)
+        quantization_part(section, out_dir)
     timed("TFLite modes / quantization debugger", start)
+
+    start = time.perf_counter()
+    with step("TF Profiler joined with the cost model, on this CPU's roofline"):
+        profile_part(section, out_dir)
+    timed("profiler + roofline", start)
 
     if not quick:
         start = time.perf_counter()
         with step("XLA and MLIR op counts"):
-            _xla_mlir_part(section)
+            xla_mlir_part(section)
         timed("XLA / MLIR", start)
 
     start = time.perf_counter()
@@ -311,144 +323,6 @@ def _determinism_part(section: Section, kind: str, procs: list[Any] | Exception)
             f"{a['sha256'][:12]} / {b['sha256'][:12]}",
         )
     )
-
-
-# --- TF1 and SavedModel concepts -------------------------------------------------------------
-
-
-def _concepts_part(section: Section, out_dir: Path) -> None:
-    import shutil
-
-    from graph_inspector.savedmodel import describe_savedmodel
-
-    from graph_inspector_harness.tf1_concepts import (
-        VOCAB,
-        lookup_ids,
-        save_vocab_model,
-        session_vs_function,
-    )
-
-    two = session_vs_function()
-    ops = sorted(set(two.tf1_ops) | set(two.tf2_ops))
-    section.tables.append(
-        Table(
-            "The same MLP as a TF1 graph (Session.run) and a tf.function FuncGraph: ops by type",
-            ["op type", "TF1 graph", "FuncGraph"],
-            [[op, two.tf1_ops.get(op, 0), two.tf2_ops.get(op, 0)] for op in ops],
-        )
-    )
-    section.checks.append(
-        Check(
-            "TF1 Session.run and tf.function give the same outputs",
-            two.max_abs_diff <= 1e-6,
-            f"max |diff| {two.max_abs_diff:.1e}; TF1 graph {sum(two.tf1_ops.values())} ops "
-            f"(variables as VarHandleOp + initializers), FuncGraph "
-            f"{sum(two.tf2_ops.values())} ops + {two.tf2_captures} captured handles",
-        )
-    )
-    folder = save_vocab_model(out_dir / "vocab_savedmodel")
-    moved = out_dir / "vocab_savedmodel_moved"
-    shutil.rmtree(moved, ignore_errors=True)
-    shutil.move(str(folder), str(moved))
-    ids = lookup_ids(moved, ["graph", "asset", "unknown-word"])
-    section.checks.append(
-        Check(
-            "a moved SavedModel still reads its vocabulary asset",
-            ids == [VOCAB.index("graph"), VOCAB.index("asset"), 0],
-            f"lookup(graph, asset, unknown-word) = {ids}",
-        )
-    )
-    section.texts.append(
-        (
-            "python -m graph_inspector signatures (a moved SavedModel)",
-            describe_savedmodel(moved).text(),
-        )
-    )
-
-
-# --- TFLite modes and the quantization debugger ------------------------------------------------
-
-
-def _quantization_part(section: Section, out_dir: Path) -> None:
-    from graph_inspector.units import human_bytes
-
-    from graph_inspector_harness.quant_scenarios import (
-        compare_modes,
-        make_outlier_model,
-        plot_modes,
-    )
-
-    model = make_outlier_model(out_dir / "outlier_savedmodel")
-    results = compare_modes(model)
-    section.tables.append(
-        Table(
-            "TFLite modes on a classifier with one outlier unit (the float function is unchanged; "
-            "int8 activations are not): agreement with float32 on 1,000 inputs",
-            ["mode", "size", "batch-1 µs", "agreement %", "max |logit err|", "rel err", "gate"],
-            [
-                [
-                    r.mode,
-                    human_bytes(r.size_bytes),
-                    round(1e3 * r.latency_ms, 1),
-                    100 * r.agreement,
-                    r.max_logit_error,
-                    r.rel_error,
-                    r.gate,
-                ]
-                for r in results
-            ],
-        )
-    )
-    section.images.append(
-        Image(
-            plot_modes(results, out_dir / "tflite_modes.png"),
-            "Every TFLite mode on the outlier classifier; red = refused by the validation gate",
-        )
-    )
-    by_mode = {r.mode: r for r in results}
-    fixed = next(r for r in results if r.mode.startswith("int8, "))
-    section.checks.append(
-        Check(
-            "quantization debugger: int8 garbage refused, planted layer kept float fixes it",
-            by_mode["int8"].gate != "pass" and fixed.gate == "pass" and model.planted in fixed.mode,
-            f"int8 agreement {100 * by_mode['int8'].agreement:.1f}% (refused); "
-            f"{fixed.mode}: {100 * fixed.agreement:.1f}% (passes); 16x8 "
-            f"{100 * by_mode['int16x8'].agreement:.1f}%",
-        )
-    )
-
-
-# --- 4. XLA and MLIR -----------------------------------------------------------------------
-
-
-def _xla_mlir_part(section: Section) -> None:
-    import tensorflow as tf
-    from graph_inspector.bert import BertConfig, BertForSequenceClassification
-    from graph_inspector.inspect_graph import mlir_op_counts, trace_and_inspect, xla_stats
-
-    model = BertForSequenceClassification(BertConfig(), num_labels=NUM_LABELS)
-
-    def classify(input_ids, attention_mask, token_type_ids):
-        return model(input_ids, attention_mask, token_type_ids, training=False)
-
-    ids = tf.zeros([1, 128], tf.int32)
-    rows: list[list[Any]] = []
-    try:
-        stats = xla_stats(classify, ids, tf.ones_like(ids), tf.zeros_like(ids))
-        rows.append(["XLA HLO instructions", stats.hlo_op_total])
-        rows.append(["XLA compile time (s)", round(stats.compile_seconds, 3)])
-        rows.append(["XLA run time (ms)", round(stats.run_seconds * 1e3, 3)])
-        rows += [[f"  HLO {op}", n] for op, n in list(stats.hlo_op_counts.items())[:8]]
-    except Exception as exc:  # noqa: BLE001 - optional analysis: say why it is missing
-        rows.append(["XLA", f"not compiled: {type(exc).__name__}"])
-    try:
-        report = trace_and_inspect(classify, ids, tf.ones_like(ids), tf.zeros_like(ids))
-        counts = mlir_op_counts(report.concrete_function)
-        rows.append(["TF-dialect MLIR ops", sum(counts.values())])
-        rows += [[f"  MLIR {op}", n] for op, n in list(counts.items())[:8]]
-    except Exception as exc:  # noqa: BLE001
-        rows.append(["MLIR", f"not converted: {type(exc).__name__}"])
-    section.tables.append(Table("XLA / MLIR view of BERT-tiny [1, 128]", ["what", "value"], rows))
 
 
 # --- 5. pipeline ------------------------------------------------------------------

@@ -6,6 +6,7 @@ import json
 import os
 import re
 
+import numpy as np
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -256,3 +257,45 @@ def test_funcgraph_drawn_as_readable_svg_grouped_by_name_scope(tmp_path):
     assert width <= 1400  # fits the page without scaling the text down
     full_boxes = ET.parse(full).getroot().findall("s:rect", ns)
     assert len(full_boxes) > 3 * len(boxes)  # the whole graph, one click away
+
+
+# --- issue 15e: MLIR stage by stage, the MLIR bridge on and off ----------------------------------
+
+
+def _two_layer():
+    w = tf.Variable(tf.random.stateless_normal([16, 16], seed=[1, 2]))
+
+    def f(x):
+        return tf.nn.softmax(tf.matmul(tf.nn.relu(tf.matmul(x, w)), w) + 1.0)
+
+    return f, tf.random.stateless_normal([4, 16], seed=[3, 4])
+
+
+def test_mlir_stages_lower_the_tf_dialect_to_stablehlo():
+    from graph_inspector.compiler_stats import mlir_stages
+
+    f, x = _two_layer()
+    stages = {s.stage: s for s in mlir_stages(tf.function(f).get_concrete_function(x))}
+    imported, standard = stages["imported"], stages["tf-standard-pipeline"]
+    hlo = stages["legalized to StableHLO"]
+    assert not (imported.error or standard.error or hlo.error)
+    assert imported.by_dialect().get("tf_executor", 0) > 0  # islands of the imported graph
+    assert "tf_executor" not in standard.by_dialect()  # functional form after the pipeline
+    assert imported.op_counts["tf.MatMul"] == standard.op_counts["tf.MatMul"] == 2
+    assert set(hlo.by_dialect()) == {"stablehlo"} and hlo.op_counts["stablehlo.dot"] == 2
+    assert "stablehlo.dot" in hlo.text
+
+
+def test_mlir_bridge_on_and_off_compile_to_equal_outputs():
+    from graph_inspector.compiler_stats import bridge_comparison
+    from tensorflow.python.eager import context
+
+    f, x = _two_layer()
+    before = context.context().enable_mlir_bridge
+    runs = bridge_comparison(f, x, repeats=1)
+    assert [r.bridge for r in runs] == ["MLIR bridge", "old bridge"]
+    after = context.context().enable_mlir_bridge  # 0 unspecified, 1 enabled, 2 disabled
+    assert after == (2 if before == 0 else before)  # restored (unspecified: left disabled)
+    np.testing.assert_allclose(runs[0].outputs, runs[1].outputs, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(runs[0].outputs, f(x).numpy(), rtol=1e-5, atol=1e-6)
+    assert all(r.compile_seconds > 0 and r.hlo_op_counts.get("dot") == 2 for r in runs)
