@@ -561,29 +561,27 @@ Tensor forward_cuda(const Tensor& self, int64_t dim, std::optional<at::ScalarTyp
   Tensor output = at::empty(self.sizes(), self.options().dtype(out_type));
   if (self.numel() == 0) return output;
   const bool dim_is_last = self.dim() == 0 || d == self.dim() - 1;
-  Tensor input = with_dim_last(kernel_input(self, out_type), d);
+  const Tensor input = with_dim_last(kernel_input(self, out_type), d);
   Tensor result = dim_is_last ? output : at::empty(input.sizes(), output.options());
   const int64_t n = input.size(-1);
   const int64_t rows = input.numel() / n;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(self.device().index()).stream();
-  if (!kLog && input.scalar_type() == out_type && !is_fp8(out_type)) {
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, out_type, "softmax_cuda", [&] {
-      launch_forward<scalar_t>(input.const_data_ptr<scalar_t>(),
-                               result.mutable_data_ptr<scalar_t>(), rows, n, stream);
-    });
-  } else if (!launch_pair<kLog>(input, result, rows, n, stream)) {
-    // No kernel for this pair: an exact cast first (FP8 and 16-bit values are exact in float32,
-    // and in the output type when that is wider), then a pair that has one.
-    input = input.to(is_fp8(out_type) ? at::kFloat : out_type);
-    TORCH_CHECK(launch_pair<kLog>(input, result, rows, n, stream) ||
-                    (!kLog && input.scalar_type() == out_type),
-                op, ": no CUDA kernel from ", self.scalar_type(), " to ", out_type);
-    if (!kLog && input.scalar_type() == out_type) {
+  // softmax of a type to itself: the register kernels; anything else: a converting pair.
+  const auto launch = [&](const Tensor& x) {
+    if (!kLog && x.scalar_type() == out_type && !is_fp8(out_type)) {
       AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, out_type, "softmax_cuda", [&] {
-        launch_forward<scalar_t>(input.const_data_ptr<scalar_t>(),
+        launch_forward<scalar_t>(x.const_data_ptr<scalar_t>(),
                                  result.mutable_data_ptr<scalar_t>(), rows, n, stream);
       });
+      return true;
     }
+    return launch_pair<kLog>(x, result, rows, n, stream);
+  };
+  // No kernel for this pair: an exact cast first (FP8 and 16-bit values are exact in float32,
+  // and in the output type when that is wider), then a pair that has one.
+  if (!launch(input)) {
+    TORCH_CHECK(launch(input.to(is_fp8(out_type) ? at::kFloat : out_type)), op,
+                ": no CUDA kernel from ", self.scalar_type(), " to ", out_type);
   }
   if (!dim_is_last) output.copy_(result.movedim(-1, d));
   return output;
