@@ -84,3 +84,11 @@ def test_help_lists_every_command():
         [sys.executable, "-m", "warp_softmax", "info"], capture_output=True, text=True
     )
     assert proc.returncode == 0 and "CPU kernel" in proc.stdout, proc.stderr
+
+
+def test_check_command_opcheck_part_passes():
+    # `python -m warp_softmax check` = the kernel-path sweeps (tested in test_values.py and
+    # test_cpu.py) + this: opcheck on every op and overload, FP8 and dtype= included.
+    from warp_softmax_harness.check import opcheck_all
+
+    assert opcheck_all("cpu") == 20
