@@ -242,6 +242,8 @@ def _names() -> Any:
 
 
 def _lit_str(v: Any) -> str:
+    if isinstance(v, np.ndarray):  # a constant index array inside a key: its type only
+        return _type_str(Var(v.shape, v.dtype))
     if isinstance(v, tuple) and v and all(isinstance(k, (slice, int, type(None))) for k in v):
         return "[" + ",".join(_key_str(k) for k in v) + "]"
     if isinstance(v, tuple):

@@ -169,6 +169,25 @@ def torch_side_by_side() -> None:
     walk(loss.grad_fn)
 
 
+def transformations() -> None:
+    """minigrad.func: the IR of a gradient, per-sample gradients, and StableHLO text."""
+    import minigrad.nn.functional as F
+    import numpy as np
+    from minigrad import func
+
+    def loss(w, x, y):
+        return F.cross_entropy(F.relu(x @ w), y)
+
+    w = minigrad.tensor(np.full((4, 3), 0.1))
+    x, y = minigrad.tensor(np.ones((5, 4))), minigrad.tensor(np.array([0, 1, 2, 0, 1]))
+    print("make_ir(grad(loss))(w, x, y): the forward, then the transposed tangent program")
+    print(func.make_ir(func.grad(loss))(w, x, y))
+    per_sample = func.vmap(func.grad(lambda w, xi, yi: loss(w, xi[None], yi[None])), (None, 0, 0))
+    print(f"\nvmap(grad) per-sample gradients: shape {per_sample(w, x, y).shape} (5 examples)")
+    print("\nto_stablehlo(lambda x: relu(x @ w).sum(1)):")
+    print(func.to_stablehlo(lambda x: F.relu(x @ w).sum(1))(np.ones((5, 4))))
+
+
 DEMOS = {
     "graph": show_graph,
     "why-topo": why_topological_order,
@@ -176,6 +195,7 @@ DEMOS = {
     "cycle": cycle,
     "create-graph": create_graph,
     "torch": torch_side_by_side,
+    "transformations": transformations,
 }
 
 

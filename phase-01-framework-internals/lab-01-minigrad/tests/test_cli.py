@@ -104,3 +104,6 @@ def test_explain_runs_the_guides_demos_and_refuses_unknown_names(capsys):
     assert "262,143 backward calls" in out and "the graph has a cycle" in out
     assert minigrad_main(["explain", "nope"]) == 2
     assert "unknown demo" in capsys.readouterr().err
+    assert minigrad_main(["explain", "transformations"]) == 0
+    out = capsys.readouterr().out
+    assert "{ lambda" in out and "(5, 4, 3)" in out and '"stablehlo.dot_general"' in out
