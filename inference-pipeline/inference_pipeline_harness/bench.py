@@ -240,6 +240,7 @@ def plot(result: BenchResult, path: Path) -> Path:
         p50, names, xerr=[np.zeros_like(p50), p99 - p50], fmt="none", ecolor="black", capsize=3
     )
     left.set_xlabel(f"latency ms, batch 1, seq {SEQUENCE} (bar p50, whisker p99)")
+    left.set_xscale("log")  # torch eager and the INT8 graph can be 10x apart
     left.invert_yaxis()
     right.barh(names, [t.throughput for t in result.timings], color=colors)
     right.set_xlabel(f"sequences/s at batch {THROUGHPUT_BATCH}, seq {SEQUENCE}")
