@@ -153,3 +153,16 @@ def test_transformations_import_numpy_only():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_hessian_over_two_arguments_is_output_major_like_torch():
+    x, w = rng.standard_normal(3), rng.standard_normal(3)
+    m = mf.hessian(lambda x, w: (x.tanh() * w * x).sum(), argnums=(0, 1))(
+        minigrad.tensor(x), minigrad.tensor(w)
+    )
+    t = tf.hessian(lambda x, w: (torch.tanh(x) * w * x).sum(), argnums=(0, 1))(
+        torch.tensor(x), torch.tensor(w)
+    )
+    for i in range(2):
+        for j in range(2):
+            close(m[i][j], t[i][j])

@@ -226,12 +226,23 @@ def jacfwd(
                 return jvp(f_i, (x,), (t,))[1]
 
             cols = vmap(push, randomness=randomness)(_basis(x))  # (x.size, *out.shape)
-            out_nd = cols.ndim - 1
-            moved = P["Permute"].apply(cols, tuple(range(1, out_nd + 1)) + (0,))
-            jacs.append(moved.reshape(moved.shape[:-1] + x.shape))
-        return jacs[0] if isinstance(argnums, int) else tuple(jacs)
+            leaves, spec = tree_flatten(cols)
+            jacs.append(tree_unflatten(spec, [_columns_to_jacobian(c, x) for c in leaves]))
+        if isinstance(argnums, int):
+            return jacs[0]
+        if isinstance(jacs[0], Tensor):
+            return tuple(jacs)
+        # a tuple output: output-major, as torch.func (result[j][i] = d out_j / d x_i)
+        return type(jacs[0])(tuple(j[k] for j in jacs) for k in range(len(jacs[0])))
 
     return wrapped
+
+
+def _columns_to_jacobian(cols: Tensor, x: Tensor) -> Tensor:
+    """(x.size, *out.shape) jvp columns -> the (*out.shape, *x.shape) Jacobian."""
+    out_nd = cols.ndim - 1
+    moved = P["Permute"].apply(cols, tuple(range(1, out_nd + 1)) + (0,))
+    return moved.reshape(moved.shape[:-1] + x.shape)
 
 
 def hessian(func: Callable[..., Any], argnums: Any = 0) -> Callable[..., Any]:
