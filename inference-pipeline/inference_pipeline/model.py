@@ -178,8 +178,13 @@ def load_or_train(
         meta["train_seconds"] = time.perf_counter() - start
         meta["settings"] = dataclasses.asdict(settings)
         folder.mkdir(parents=True, exist_ok=True)
-        torch.save(model.state_dict(), weights)
-        meta_file.write_text(json.dumps(meta, indent=2))
+        # Written under temporary names, then renamed: a concurrent run (tests beside a
+        # build) never reads half a file; meta.json last, as the "complete" marker.
+        suffix = f".{os.getpid()}.tmp"
+        torch.save(model.state_dict(), weights.with_suffix(suffix))
+        os.replace(weights.with_suffix(suffix), weights)
+        meta_file.with_suffix(suffix).write_text(json.dumps(meta, indent=2))
+        os.replace(meta_file.with_suffix(suffix), meta_file)
         progress(f"fine-tuned checkpoint cached in {folder}")
         from_cache = False
     return TrainedModel(
