@@ -32,10 +32,10 @@ run_logged = @echo "  $(1) (log: $(SETUP_LOG))"; mkdir -p $(VENV); touch $(SETUP
 	tail -n +$$((start + 1)) $(SETUP_LOG) | tail -n 80; \
 	echo "failed: $(1); full log in $(SETUP_LOG)"; exit 1; fi
 # TensorFlow prints two lines on import, twice, before its logging reads TF_CPP_MIN_LOG_LEVEL,
-# and TFLite one when it makes its CPU delegate: `make demo` and `make bench` drop exactly
-# those and pass every other line through.
+# and TFLite one when it makes its CPU delegate and one per quantized conversion: `make demo`
+# and `make bench` drop exactly those and pass every other line through.
 TF_NOISE := -e 'All log messages before absl::InitializeLog' -e 'oneDNN custom operations are on' \
-	-e 'Created TensorFlow Lite XNNPACK delegate for CPU'
+	-e 'Created TensorFlow Lite XNNPACK delegate for CPU' -e '^fully_quantize: [0-9], inference_type: '
 quiet_tf = set -o pipefail; { $(1) 2>&1 1>&3 3>&- | { grep -v $(TF_NOISE) || true; } 1>&2; } 3>&1
 
 DEPS_STAMP := $(VENV)/.deps-installed
