@@ -9,7 +9,7 @@ import minigrad.nn.functional as mF
 import numpy as np
 import pytest
 from minigrad import func as mf
-from minigrad_harness.scenarios import GRAD_CASES
+from minigrad_harness.scenarios import GATHER_INDEX, GRAD_CASES
 from minigrad_harness.testing import make_inputs, relative_error, requires_grad
 
 
@@ -26,10 +26,19 @@ def _close_to_scale(a, b, tol, what):
     assert err < tol, f"{what}: {err:.3g}"
 
 
-@pytest.mark.parametrize("case", GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
-def test_jit_matches_eager_for_every_primitive(case):
-    """Output and gradient (of <out, u>) of each expression, in one compiled program: the
-    gradient brings in the backward-only primitives (SumTo, IndexBackward, ScatterAdd, masks)."""
+_MASK = np.array([[2.0, 0.0, 2.0, 2.0], [0.0, 2.0, 2.0, 0.0], [2.0, 2.0, 0.0, 2.0]])
+# Beyond GRAD_CASES: a gather whose gradient depends on x (a linear one's is a constant that
+# the trace folds, so ScatterAdd would never be compiled), and Dropout with a fixed mask.
+EXTRA_CASES = [
+    ("gather_squared", lambda F, x, i: x.gather(0, i) ** 2, [(3, 4), GATHER_INDEX], False),
+    ("dropout_mask", lambda F, x: minigrad.ops.Dropout.apply(x * x, _MASK), [(3, 4)], False),
+]
+JIT_CASES = GRAD_CASES + EXTRA_CASES
+
+
+def _program(case):
+    """(f's differentiable inputs, out_and_grads): the expression's output and the gradient
+    of <out, u>, the program the jit test compiles."""
     _, expr, specs, positive = case
     arrays = make_inputs(specs, 0, positive)
     diff = [i for i, s in enumerate(specs) if requires_grad(s)]
@@ -48,7 +57,25 @@ def test_jit_matches_eager_for_every_primitive(case):
         )(*xs)
         return f(*xs), g
 
-    xs = [tensors[i] for i in diff]
+    return [tensors[i] for i in diff], out_and_grads
+
+
+def test_the_jitted_programs_contain_every_primitive():
+    """So 'jit equals eager for every case' covers every primitive, backward-only ones too."""
+    from minigrad import rules
+
+    seen = set()
+    for case in JIT_CASES:
+        xs, program = _program(case)
+        seen |= {e.prim.__name__ for e in mf.make_ir(program)(*xs).eqns}
+    assert set(rules.PRIMITIVES) - seen == set()
+
+
+@pytest.mark.parametrize("case", JIT_CASES, ids=[c[0] for c in JIT_CASES])
+def test_jit_matches_eager_for_every_primitive(case):
+    """Output and gradient (of <out, u>) of each expression, in one compiled program: the
+    gradient brings in the backward-only primitives (SumTo, IndexBackward, ScatterAdd, masks)."""
+    xs, out_and_grads = _program(case)
     eager_out, eager_grads = out_and_grads(*xs)
     jit_out, jit_grads = mf.jit(out_and_grads)(*xs)
     _close(jit_out.data, eager_out.data, 1e-12, "output")
