@@ -51,13 +51,19 @@ def missing(kind: str) -> list[str]:
     return sorted(name for name, p in PRIMITIVES.items() if p not in have)
 
 
-# How vmap treats random draws, innermost vmap last ("error" or "same"; see minigrad.func.vmap).
+# How random draws are treated, innermost transformation last: vmap's "error" or "same" (see
+# minigrad.func.vmap), or "jit" (refused: a traced draw would be frozen into the program).
 RANDOMNESS: list[str] = []
 
 
 def check_randomness(what: str) -> None:
     """Called before a random draw: under ``vmap(..., randomness="error")`` it is an error, as
     in torch.func (with "same", one draw serves every example)."""
+    if RANDOMNESS and RANDOMNESS[-1] == "jit":
+        raise RuntimeError(
+            f"jit: {what} draws random numbers while tracing; the compiled program would reuse "
+            "that one draw on every call. Draw the mask outside and pass it in as an argument"
+        )
     if RANDOMNESS and RANDOMNESS[-1] == "error":
         raise RuntimeError(
             f"vmap: {what} draws random numbers inside vmap; pass randomness='same' to use one "

@@ -150,3 +150,5 @@ def test_unsupported_cases_name_the_primitive():
         mf.to_stablehlo(lambda x: x[np.array([0, 1]), :, np.array([1, 0])])(np.ones((3, 3, 3)))
     with pytest.raises(mf.TracingError, match="data-dependent"):
         mf.jit(lambda x: x[x > 0])(np.ones(3))
+    with pytest.raises(RuntimeError, match="jit: dropout draws random numbers"):
+        mf.jit(lambda x: mF.dropout(x, 0.5))(np.ones(3))

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from minigrad import rules
 from minigrad.func.ir import trace
 from minigrad.func.pytree import as_tensor, is_tensor_leaf, tree_flatten, tree_unflatten
 from minigrad.func.stablehlo import lower_ir
@@ -77,7 +78,11 @@ def jit(func: Callable[..., Any]) -> Callable[..., Any]:
 
     def compile_for(args: tuple) -> Compiled:
         leaves, _ = tree_flatten(args)
-        ir, out_spec = trace(func, args)
+        rules.RANDOMNESS.append("jit")
+        try:
+            ir, out_spec = trace(func, args)
+        finally:
+            rules.RANDOMNESS.pop()
         text = lower_ir(ir)
         in_avals = [(v.shape, v.dtype) for v in ir.invars]
         out_avals = []
