@@ -1,10 +1,11 @@
 """`python -m inference_pipeline bench [DIR/model_repository]`: every variant timed in one run.
 
 Latency p50/p90/p99 at batch 1, sequence 128, and throughput at batch 8, sequence 128, for
-torch eager (SDPA attention, the baseline), then each promoted ONNX Runtime variant, with
-ratios to torch eager. The baseline is timed first and again last; ratios use the mean of
-its two medians, so load from other processes on a shared machine shows as a gap between
-the two rather than as a silently skewed ratio. Every figure states its thread count.
+torch eager (SDPA attention, the baseline) and each promoted ONNX Runtime variant, with ratios to
+torch eager. The models are timed in interleaved rounds (each round calls every model once),
+so load from other processes on a shared machine hits all of them alike; the baseline's
+median over the first and the second half of the rounds shows how much the load drifted.
+Every figure states its thread count.
 
 Without a repository argument the full build is made (once) under
 ``~/.cache/inference_pipeline/bench/``, so ``make bench`` works on a fresh clone.
@@ -92,17 +93,21 @@ def fixed_length_inputs(batch: int, sequence: int = SEQUENCE) -> dict[str, np.nd
     return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
 
 
-def _time(runner, inputs, iterations: int) -> tuple[dict[str, float], float]:
-    from inference_pipeline.runtime import measure_latency
-
-    latency = measure_latency(runner, inputs["one"], iterations)
-    runs = max(3, iterations // 5)
-    runner(inputs["eight"])
-    start = time.perf_counter()
-    for _ in range(runs):
-        runner(inputs["eight"])
-    throughput = runs * THROUGHPUT_BATCH / (time.perf_counter() - start)
-    return latency, throughput
+def _interleaved(runners: dict, batch: dict, rounds: int, progress) -> dict[str, np.ndarray]:
+    """Milliseconds per call, timed in rounds that call every runner once in turn: load from
+    other processes then hits every variant alike instead of whichever ran during a spike."""
+    for run in runners.values():  # warm-up (first-call allocations, ORT arena growth)
+        for _ in range(3):
+            run(batch)
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    for index in range(rounds):
+        for name, run in runners.items():
+            start = time.perf_counter()
+            run(batch)
+            samples[name].append((time.perf_counter() - start) * 1e3)
+        if (index + 1) % 10 == 0 or index + 1 == rounds:
+            progress(f"  round {index + 1}/{rounds}")
+    return {name: np.asarray(values) for name, values in samples.items()}
 
 
 def run_bench(repo: Path, threads: int, iterations: int, progress=print) -> BenchResult:
@@ -131,34 +136,30 @@ def run_bench(repo: Path, threads: int, iterations: int, progress=print) -> Benc
     def torch_runner(batch):
         return torch_outputs(eager, batch)
 
-    progress(f"timing torch eager (SDPA), {threads} threads ...")
-    first = _time(torch_runner, inputs, iterations)
+    runners = {"torch eager (SDPA)": torch_runner}
     for entry in entries:
-        progress(f"timing {entry['name']} (ONNX Runtime, {threads} intra-op threads) ...")
-        runner = session_runner(make_session(folders[entry["name"]].onnx_path, threads))
-        latency, throughput = _time(runner, inputs, iterations)
-        result.timings.append(
-            Timing(
-                entry["name"],
-                entry["precision"],
-                entry["route"],
-                latency["p50"],
-                latency["p90"],
-                latency["p99"],
-                throughput,
-            )
-        )
-    progress("timing torch eager again (drift check) ...")
-    last = _time(torch_runner, inputs, iterations)
-    baseline = Timing(
-        "torch eager (SDPA)",
-        "torch",
-        "-",
-        *(float(np.mean([first[0][k], last[0][k]])) for k in ("p50", "p90", "p99")),
-        float(np.mean([first[1], last[1]])),
+        session = make_session(folders[entry["name"]].onnx_path, threads)
+        runners[entry["name"]] = session_runner(session)
+    progress(
+        f"batch 1: {iterations} interleaved rounds over {len(runners)} models, {threads} threads"
     )
-    result.torch_p50_first_last = (first[0]["p50"], last[0]["p50"])
-    result.timings.insert(0, baseline)
+    latency = _interleaved(runners, inputs["one"], iterations, progress)
+    rounds = max(3, iterations // 5)
+    progress(f"batch {THROUGHPUT_BATCH}: {rounds} interleaved rounds")
+    batched = _interleaved(runners, inputs["eight"], rounds, progress)
+    kinds = {e["name"]: (e["precision"], e["route"]) for e in entries}
+    for name in runners:
+        p50, p90, p99 = np.percentile(latency[name], [50, 90, 99])
+        kind, route = kinds.get(name, ("torch", "-"))
+        throughput = THROUGHPUT_BATCH * 1e3 / float(np.median(batched[name]))
+        result.timings.append(Timing(name, kind, route, p50, p90, p99, throughput))
+    half = iterations // 2
+    torch_ms = latency["torch eager (SDPA)"]
+    result.torch_p50_first_last = (
+        float(np.median(torch_ms[: max(half, 1)])),
+        float(np.median(torch_ms[half:])),
+    )
+    baseline = result.timings[0]
     for timing in result.timings:
         timing.ratio_p50 = baseline.p50 / timing.p50
         timing.ratio_throughput = timing.throughput / baseline.throughput
@@ -200,7 +201,9 @@ def format_table(result: BenchResult) -> str:
         f"{result.iterations} timed runs per latency figure; "
         f"batch 1 and batch 8 at sequence {SEQUENCE}"
     )
-    lines.append(f"torch eager p50 first/last: {first:.1f} / {last:.1f} ms (drift = machine load)")
+    lines.append(
+        f"torch eager p50, first/second half of rounds: {first:.1f} / {last:.1f} ms (load drift)"
+    )
     name, value = result.best_speedup
     verdict = "met" if value >= SPEEDUP_TARGET else "missed"
     lines.append(
