@@ -243,13 +243,12 @@ def plot(result: BenchResult, path: Path) -> Path:
         p50, names, xerr=[np.zeros_like(p50), p99 - p50], fmt="none", ecolor="black", capsize=3
     )
     left.set_xlabel(f"latency ms, batch 1, seq {SEQUENCE} (bar p50, whisker p99)")
-    left.set_xscale("log")  # torch eager and the INT8 graph can be 10x apart
     left.invert_yaxis()
     right.barh(names, [t.throughput for t in result.timings], color=colors)
     right.set_xlabel(f"sequences/s at batch {THROUGHPUT_BATCH}, seq {SEQUENCE}")
     right.invert_yaxis()
     right.set_yticklabels([])
-    fig.suptitle(f"MiniLM BBC classifier on CPU, {result.threads} threads (shared machine)")
+    fig.suptitle(f"MiniLM BBC classifier, CPU, intra-op threads: {result.threads} (shared machine)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
