@@ -72,6 +72,14 @@ def run_export(args: argparse.Namespace) -> int:
     dims = onnx_dims(artifacts.files.onnx_fp32)
     for name in ("tokens", "positions", "attention_mask", "past_key_0", "logits", "present_key_0"):
         print(f"  {name:16s} {dims[name]}")
+    if args.repository is not None:
+        from inference_pipeline.generation.served import write_generation_folder
+
+        graph = artifacts.files.onnx_int8 if args.int8 else artifacts.files.onnx_fp32
+        folder = write_generation_folder(
+            args.repository, graph, artifacts.model.config, args.name, args.max_batch
+        )
+        print(f"generation model folder: {folder} (serve {args.repository} mounts its routes)")
     return 0
 
 
@@ -147,6 +155,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("export-gpt", help="export the GPT with an explicit KV cache")
     _add_seconds(p)
+    p.add_argument(
+        "--repository", type=Path, help="also write a generation model folder into this repository"
+    )
+    p.add_argument("--name", default="bbc_gpt", help="its model name (default bbc_gpt)")
+    p.add_argument("--int8", action="store_true", help="put the INT8 graph in the folder")
+    p.add_argument("--max-batch", type=int, default=16, help="continuous batch slots")
     p.set_defaults(run=_command(run_export))
 
     p = subparsers.add_parser("gate-gpt", help="cache-equality and INT8 gates for the GPT")

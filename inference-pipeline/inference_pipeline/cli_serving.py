@@ -43,13 +43,19 @@ def run_serve(args: argparse.Namespace) -> int:
     from inference_pipeline.serving.backends import BackendError
     from inference_pipeline.serving.config import ConfigError
     from inference_pipeline.serving.metrics import configure_json_logging
-    from inference_pipeline.serving.models import load_repository
+    from inference_pipeline.serving.models import generation_folders, load_repository
 
     configure_json_logging(args.log_level)
     try:
         models = load_repository(Path(args.repository), batching_overrides(args), args.threads)
     except (ConfigError, BackendError) as exc:
         return _fail(str(exc))
+    gpt_folders = generation_folders(Path(args.repository))
+    gpt_folders += [Path(folder) for folder in args.generation or []]
+    if not models and not gpt_folders:
+        return _fail(f"{args.repository}: no model to serve")
+    if args.ray and gpt_folders:
+        return _fail("generation models are served by the v2 server only (drop --ray)")
     if args.ray:
         from inference_pipeline.serving.ray_env import use_private_ray_environment
 
@@ -58,11 +64,22 @@ def run_serve(args: argparse.Namespace) -> int:
         from inference_pipeline.serving.ray_deployment import run_ray_serve
 
         return run_ray_serve(args.repository, batching_overrides(args), args)
+    services = []
+    if gpt_folders:
+        from inference_pipeline.generation.served import (
+            GenerationFolderError,
+            load_generation_service,
+        )
+
+        try:
+            services = [load_generation_service(f, args.threads or 1) for f in gpt_folders]
+        except GenerationFolderError as exc:
+            return _fail(str(exc))
     from inference_pipeline.serving.runner import run_server
 
     try:
         return run_server(
-            models, args.host, args.port, args.max_request_bytes, args.graceful_timeout
+            models, args.host, args.port, args.max_request_bytes, args.graceful_timeout, services
         )
     except OSError as exc:  # port in use, bad host
         return _fail(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc})")
@@ -95,6 +112,13 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--length-bucket-ratio", type=float)
     group.add_argument("--instances", type=int, help="parallel model instances")
     serve.add_argument("--threads", type=int, help="intra-op threads per instance")
+    serve.add_argument(
+        "--generation",
+        action="append",
+        metavar="DIR",
+        help="also serve this generation model folder (export-gpt --repository writes one; "
+        'folders with backend: "generation" inside MODEL_REPOSITORY are served anyway)',
+    )
     serve.add_argument("--max-request-bytes", type=int, default=4 * 1024 * 1024)
     serve.add_argument("--graceful-timeout", type=float, default=60.0, help="seconds")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])

@@ -148,6 +148,39 @@ def tiny_repository() -> Path:
     return _CACHE["repo"]
 
 
+TINY_GPT = "tiny_gpt"
+
+
+def build_tiny_generation_folder(repository: Path, max_batch: int = 4, max_queue: int = 4) -> Path:
+    """``repository/tiny_gpt``: an untrained 2-layer GPT (TINY_CONFIG) exported with its KV
+    cache explicit, in a generation model folder; returns the folder."""
+    import torch
+    from inference_pipeline.generation.export import export_onnx
+    from inference_pipeline.generation.model import GPT
+    from inference_pipeline.generation.model import TINY_CONFIG as GPT_TINY_CONFIG
+    from inference_pipeline.generation.served import write_generation_folder
+
+    torch.manual_seed(0)
+    model = GPT(GPT_TINY_CONFIG).eval()
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = export_onnx(model, Path(tmp) / "model.onnx")
+        return write_generation_folder(
+            repository, graph, GPT_TINY_CONFIG, TINY_GPT, max_batch, max_queue
+        )
+
+
+def tiny_repository_with_gpt() -> Path:
+    """The tiny repository plus a tiny GPT folder, one per process (removed at exit)."""
+    if "repo_gpt" not in _CACHE:
+        root = Path(tempfile.mkdtemp(prefix="tiny_repo_gpt_"))
+        atexit.register(shutil.rmtree, root, True)
+        shutil.copytree(tiny_repository(), root, dirs_exist_ok=True)
+        build_tiny_generation_folder(root)
+        _CACHE["repo_gpt"] = root
+    return _CACHE["repo_gpt"]
+
+
 def sample_texts(count: int, seed: int = 0, max_words: int = 100) -> list[str]:
     """Texts of mixed lengths (1 to ``max_words`` words) from the tiny vocabulary."""
     import random
@@ -180,17 +213,29 @@ def wait_ready(url: str, timeout_s: float = 30.0, process: subprocess.Popen | No
 
 
 @contextlib.contextmanager
-def threaded_server(models: list, max_request_bytes: int = 4 * 1024 * 1024) -> Iterator[tuple]:
-    """An in-process server on a free loopback port, in a thread; yields (url, server)."""
+def threaded_server(
+    models: list, max_request_bytes: int = 4 * 1024 * 1024, generation: tuple = ()
+) -> Iterator[tuple]:
+    """An in-process server on a free loopback port, in a thread; yields (url, server).
+
+    It runs on ``serve``'s uvicorn subclass: ``server.app.state.http_server.handle_exit(
+    signal.SIGTERM, None)`` is exactly what a SIGTERM to ``serve`` runs."""
     import uvicorn
     from inference_pipeline.serving.app import InferenceServer
-    from inference_pipeline.serving.runner import bind_socket
+    from inference_pipeline.serving.runner import DrainingServer, bind_socket
 
-    server = InferenceServer(models, max_request_bytes=max_request_bytes)
+    server = InferenceServer(models, max_request_bytes, generation, drain_timeout_s=30.0)
     sock = bind_socket("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    config = uvicorn.Config(server.app, log_config=None, access_log=False, log_level="warning")
-    runner = uvicorn.Server(config)
+    config = uvicorn.Config(
+        server.app,
+        log_config=None,
+        access_log=False,
+        log_level="warning",
+        timeout_graceful_shutdown=30,
+    )
+    runner = DrainingServer(config, server)
+    server.app.state.http_server = runner
     thread = threading.Thread(target=runner.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

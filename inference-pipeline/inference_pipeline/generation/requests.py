@@ -7,6 +7,7 @@ import itertools
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +57,9 @@ class RequestHandle:
         self.cancel_requested = threading.Event()
         self._done = threading.Event()
         self._emitted = 0
+        # called (from the engine's thread) after each chunk: a server wakes its stream with it
+        # instead of parking a thread per stream on ``chunks.get``
+        self.listener: Callable[[], None] | None = None
         seed = request.sampling.seed
         self.rng = np.random.default_rng(seed if seed is not None else None)
 
@@ -78,7 +82,7 @@ class RequestHandle:
         if not self.request.stop:  # fast path: every byte is final as soon as it exists
             self._emitted += 1
             self.output.append(token)
-            self.chunks.put(Chunk(bytes((token,))))
+            self._put(Chunk(bytes((token,))))
             if len(self.tokens) >= self.request.max_new_tokens:
                 self.finish("length")
                 return True
@@ -112,13 +116,19 @@ class RequestHandle:
             piece = text[self._emitted :]
             self._emitted = len(text)
             self.output += piece
-            self.chunks.put(Chunk(piece))
+            self._put(Chunk(piece))
 
     def finish(self, reason: str) -> None:
         if self.finish_reason is None:
             self.finish_reason = reason
-            self.chunks.put(Chunk(b"", reason))
+            self._put(Chunk(b"", reason))
             self._done.set()
+
+    def _put(self, chunk: Chunk) -> None:
+        self.chunks.put(chunk)
+        listener = self.listener
+        if listener is not None:
+            listener()
 
     def timings(self) -> tuple[float | None, list[float]]:
         """(time to first token, inter-token gaps), in seconds."""

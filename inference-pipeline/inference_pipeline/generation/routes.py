@@ -6,8 +6,10 @@
                                                ``finish_reason``; then the stream closes.
 
 Body: ``{"text_input": str, "parameters": {"max_tokens", "stop", "temperature", "top_k",
-"top_p", "seed"}}``. The routes find their engine at ``request.app.state.generation`` (a
-:class:`GenerationService`); ``attach(app, service)`` mounts both. A client that disconnects
+"top_p", "seed"}}``. Errors are ``{"error": "<one line>"}`` as on the v2 routes: 400 malformed,
+404 unknown model, 413 body too large, 503 queue full or shutting down. The routes find their
+engines in ``request.app.state.generation`` (model name -> :class:`GenerationService`);
+``attach(app, service)`` mounts them. A client that disconnects
 mid-stream cancels its request, which frees its cache blocks at the next token boundary.
 """
 
@@ -15,13 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import json
 import queue
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from inference_pipeline.generation.engine import (
@@ -58,38 +61,75 @@ QUEUE_DEPTH = Gauge(
 )
 
 
+DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
+DISCONNECT_POLL_S = 0.25  # how often a request checks that its client is still there
+
+
+class GenerationError(Exception):
+    """A refused generation request: answered ``{"error": message}`` with ``status``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class GenerationService:
     """An engine, the thread that drives it, and the name it is served under."""
 
     def __init__(
-        self, engine: ContinuousBatchingEngine | StaticBatchingEngine, model_name: str = "bbc_gpt"
+        self,
+        engine: ContinuousBatchingEngine | StaticBatchingEngine,
+        model_name: str = "bbc_gpt",
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     ) -> None:
         self.engine = engine
         self.model_name = model_name
+        self.max_request_bytes = max_request_bytes
         self.runner = EngineRunner(engine)
 
     def start(self) -> GenerationService:
         self.runner.start()
         return self
 
+    def close_intake(self) -> None:
+        """SIGTERM: refuse new requests (503) while accepted ones keep streaming."""
+        with self.engine.work_available:
+            self.engine.closed = True
+
+    @property
+    def accepting(self) -> bool:
+        return not self.engine.closed
+
     def stop(self, timeout: float = 10.0) -> None:
         """Graceful: refuse new requests, finish accepted ones (up to ``timeout``), stop."""
         self.runner.stop(timeout)
 
+    def metadata(self) -> dict:
+        """The v2 model metadata (Triton's generate extension names)."""
+        return {
+            "name": self.model_name,
+            "versions": ["1"],
+            "platform": "generation",
+            "inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1]}],
+            "outputs": [{"name": "text_output", "datatype": "BYTES", "shape": [-1]}],
+        }
+
 
 def attach(app: FastAPI, service: GenerationService) -> None:
-    """Mount the routes on ``app``; call ``service.start()``/``stop()`` in the app's lifespan."""
-    app.state.generation = service
-    app.include_router(router)
+    """Mount the routes on ``app`` (once) and serve ``service`` under its model name; call
+    ``service.start()``/``stop()`` in the app's lifespan."""
+    services = getattr(app.state, "generation", None)
+    if services is None:
+        services = app.state.generation = {}
+        app.include_router(router)
+    services[service.model_name] = service
 
 
 def _service(request: Request, model: str) -> GenerationService:
-    service: GenerationService | None = getattr(request.app.state, "generation", None)
-    if service is None:
-        raise HTTPException(503, "no generation engine is attached to this server")
-    if model != service.model_name:
-        raise HTTPException(404, f"unknown generation model {model!r}")
-    return service
+    services: dict[str, GenerationService] = getattr(request.app.state, "generation", {})
+    if model not in services:
+        raise GenerationError(404, f"unknown generation model {model!r}")
+    return services[model]
 
 
 def _parse(body: Any) -> GenerationRequest:
@@ -121,44 +161,81 @@ def _parse(body: Any) -> GenerationRequest:
     )
 
 
+async def _read_json(request: Request, limit: int) -> Any:
+    """The JSON body, refusing (413) one over ``limit`` bytes before or while reading it."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise GenerationError(413, f"request body of {int(declared)} bytes exceeds {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise GenerationError(413, f"request body exceeds {limit} bytes")
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise GenerationError(400, "body is not valid JSON") from None
+
+
 async def _submit(request: Request, model: str) -> RequestHandle:
     service = _service(request, model)
+    body = await _read_json(request, service.max_request_bytes)
     try:
-        generation_request = _parse(await request.json())
-    except json.JSONDecodeError as exc:
-        raise HTTPException(400, "body is not valid JSON") from exc
-    except ValueError as exc:
-        raise HTTPException(400, str(exc)) from exc
-    try:
-        handle = service.engine.submit(generation_request)
+        handle = service.engine.submit(_parse(body))
     except QueueFull as exc:
         REQUESTS.labels("rejected").inc()
-        raise HTTPException(429, str(exc)) from exc
+        raise GenerationError(503, f"generation queue full: {exc}") from None
     except EngineClosed as exc:
         REQUESTS.labels("rejected").inc()
-        raise HTTPException(503, str(exc)) from exc
+        raise GenerationError(503, str(exc)) from None
     except ValueError as exc:
-        raise HTTPException(400, str(exc)) from exc
+        REQUESTS.labels("bad_request").inc()
+        raise GenerationError(400, str(exc)) from None
     QUEUE_DEPTH.set(service.engine.queue_depth())
     return handle
 
 
+def _wake_on_chunk(handle: RequestHandle, loop: asyncio.AbstractEventLoop) -> asyncio.Event:
+    arrived = asyncio.Event()
+
+    def wake() -> None:  # on the engine's thread
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody listens
+            loop.call_soon_threadsafe(arrived.set)
+
+    handle.listener = wake
+    return arrived
+
+
 async def _chunks(handle: RequestHandle, request: Request) -> AsyncIterator[Chunk]:
-    """The handle's chunks as they come; cancels the request if the client goes away."""
+    """The handle's chunks as they come; cancels the request if the client goes away.
+
+    No thread waits per stream: the engine wakes this coroutine through ``handle.listener``
+    (a thread per stream would cap concurrent streams at the default executor's size)."""
+    loop = asyncio.get_running_loop()
+    arrived = _wake_on_chunk(handle, loop)
     finished = False
+    next_check = loop.time() + DISCONNECT_POLL_S
     try:
         while True:
+            arrived.clear()
             try:
-                chunk = await asyncio.to_thread(handle.chunks.get, True, 0.25)
+                chunk = handle.chunks.get_nowait()
             except queue.Empty:
+                chunk = None
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(arrived.wait(), DISCONNECT_POLL_S)
+            if chunk is not None:
+                yield chunk
+                if chunk.finish_reason is not None:
+                    finished = True
+                    return
+            if loop.time() >= next_check:  # also while tokens flow (the /generate route)
+                next_check = loop.time() + DISCONNECT_POLL_S
                 if await request.is_disconnected():
                     return
-                continue
-            yield chunk
-            if chunk.finish_reason is not None:
-                finished = True
-                return
     finally:
+        handle.listener = None
         if not finished:
             handle.cancel()
         _record(handle)
@@ -174,9 +251,16 @@ def _record(handle: RequestHandle) -> None:
     REQUESTS.labels(handle.finish_reason or "cancelled").inc()
 
 
+def _error(exc: GenerationError) -> JSONResponse:
+    return JSONResponse({"error": str(exc)}, status_code=exc.status)
+
+
 @router.post("/v2/models/{model}/generate")
 async def generate(model: str, request: Request) -> JSONResponse:
-    handle = await _submit(request, model)
+    try:
+        handle = await _submit(request, model)
+    except GenerationError as exc:
+        return _error(exc)
     async for _ in _chunks(handle, request):
         pass
     return JSONResponse(
@@ -190,8 +274,11 @@ async def generate(model: str, request: Request) -> JSONResponse:
 
 
 @router.post("/v2/models/{model}/generate_stream")
-async def generate_stream(model: str, request: Request) -> StreamingResponse:
-    handle = await _submit(request, model)
+async def generate_stream(model: str, request: Request) -> Response:
+    try:
+        handle = await _submit(request, model)
+    except GenerationError as exc:
+        return _error(exc)
 
     async def events() -> AsyncIterator[str]:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")  # bytes may split a char

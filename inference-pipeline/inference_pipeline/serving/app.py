@@ -3,7 +3,9 @@
 Routes (KServe / Open Inference Protocol v2, plus Triton's config route and /metrics):
 ``GET /v2``, ``/v2/health/live``, ``/v2/health/ready``, ``/v2/models/{name}``,
 ``/v2/models/{name}/ready``, ``/v2/models/{name}/config``, ``POST /v2/models/{name}/infer``
-(each model route also under ``/versions/{version}``) and ``GET /metrics``.
+(each model route also under ``/versions/{version}``) and ``GET /metrics``; with generation
+models (GenerationService), also ``POST /v2/models/{gpt}/generate`` and ``generate_stream``
+(see inference_pipeline.generation.routes), whose metrics join ``/metrics``.
 Every error is ``{"error": "<one line>"}`` with its status: 400 malformed, 404 unknown model,
 413 body too large, 503 queue full or shutting down, 504 queue timeout, 500 model failure.
 """
@@ -14,7 +16,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -36,6 +40,9 @@ from inference_pipeline.serving.protocol import (
     encode_infer_response,
     parse_infer_request,
 )
+
+if TYPE_CHECKING:  # generation pulls in torch; imported only when a GPT is served
+    from inference_pipeline.generation.routes import GenerationService
 
 log = logging.getLogger("inference_pipeline.serving")
 SERVER_NAME = "inference_pipeline"
@@ -92,9 +99,14 @@ class InferenceServer:
     """The models, their batchers and the metrics; ``app`` is the ASGI application."""
 
     def __init__(
-        self, models: list[ServedModel], max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+        self,
+        models: list[ServedModel],
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        generation: Sequence[GenerationService] = (),
+        drain_timeout_s: float = 60.0,
     ):
         self.metrics = ServerMetrics()
+        self.drain_timeout_s = drain_timeout_s
         self.max_request_bytes = max_request_bytes
         self.entries: dict[str, ServedEntry] = {}
         for model in models:
@@ -107,19 +119,35 @@ class InferenceServer:
         self.loop: asyncio.AbstractEventLoop | None = None
         # other routers mounted on ``app`` (e.g. generation's) expose their metrics here too
         self.extra_registries: list = []
+        self.generation: dict[str, GenerationService] = {}
+        for service in generation:
+            if service.model_name in self.entries or service.model_name in self.generation:
+                raise ValueError(f"model name {service.model_name!r} is served twice")
+            service.max_request_bytes = max_request_bytes
+            self.generation[service.model_name] = service
         self.app = self._build_app()
+        if self.generation:
+            from inference_pipeline.generation.routes import GENERATION_REGISTRY, attach
+
+            for service in self.generation.values():
+                attach(self.app, service)
+            self.extra_registries.append(GENERATION_REGISTRY)
 
     def begin_shutdown(self) -> None:
         """SIGTERM: report not ready, refuse new requests, run queued ones at once."""
         self.ready = False
         for entry in self.entries.values():
             entry.batcher.begin_close()
+        for service in self.generation.values():
+            service.close_intake()  # accepted streams keep going until they finish
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI):
         self.loop = asyncio.get_running_loop()
         for entry in self.entries.values():
             await entry.batcher.start()
+        for service in self.generation.values():
+            service.start()
         self.ready = True
         log.info(
             "models ready",
@@ -131,6 +159,8 @@ class InferenceServer:
             self.ready = False
             for entry in self.entries.values():
                 await entry.batcher.close()  # finishes every accepted request
+            for service in self.generation.values():  # finishes every accepted stream
+                await asyncio.to_thread(service.stop, self.drain_timeout_s)
             log.info("batchers drained", extra={"models": list(self.entries)})
 
     def _entry(self, name: str, version: str | None = None) -> ServedEntry:
@@ -239,11 +269,16 @@ class InferenceServer:
 
     def _add_model_routes(self, app: FastAPI, prefix: str) -> None:
         async def metadata(name: str, version: str | None = None) -> dict:
+            if name in self.generation and version in (None, "1"):
+                return self.generation[name].metadata()
             return self._entry(name, version).model.metadata()
 
         async def model_ready(name: str, version: str | None = None) -> Response:
-            entry = self._entry(name, version)
-            if not (self.ready and entry.batcher.accepting):
+            if name in self.generation and version in (None, "1"):
+                accepting = self.generation[name].accepting
+            else:
+                accepting = self._entry(name, version).batcher.accepting
+            if not (self.ready and accepting):
                 return error(503, f"model {name!r} is not ready")
             return JSONResponse({"name": name, "ready": True})
 

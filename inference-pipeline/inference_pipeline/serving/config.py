@@ -33,6 +33,19 @@ TRITON_TO_V2_DATATYPE = {
 }
 
 
+GENERATION_BACKEND = "generation"  # a GPT folder: generation routes, not the v2 batcher
+
+
+def is_generation_folder(folder: Path) -> bool:
+    """True when ``folder/config.pbtxt`` declares ``backend: "generation"``."""
+    proto = model_config_pb2.ModelConfig()
+    try:
+        text_format.Parse((Path(folder) / "config.pbtxt").read_text(), proto)
+    except (OSError, text_format.ParseError):
+        return False  # the classifier loader reports a broken file
+    return proto.backend == GENERATION_BACKEND
+
+
 class ConfigError(ValueError):
     """A model folder or its config.pbtxt that cannot be served; the message names the file."""
 

@@ -24,6 +24,7 @@ from inference_pipeline.serving.config import (
     ConfigError,
     ModelConfig,
     TensorSpec,
+    is_generation_folder,
     parse_model_config,
 )
 
@@ -248,16 +249,30 @@ def _load_text_model(folder: Path, config: ModelConfig, threads: int | None) -> 
     )
 
 
+def generation_folders(path: Path) -> list[Path]:
+    """The repository's generation model folders (``backend: "generation"``), or ``path``
+    itself when it is one; ``serve`` mounts their routes beside the v2 models."""
+    path = Path(path)
+    if (path / "config.pbtxt").is_file():
+        return [path] if is_generation_folder(path) else []
+    if not path.is_dir():
+        return []
+    return sorted(p for p in path.iterdir() if is_generation_folder(p))
+
+
 def load_repository(
     path: Path, overrides: dict[str, object] | None = None, threads: int | None = None
 ) -> list[ServedModel]:
-    """Every model of a repository (or the one model if ``path`` is a model folder)."""
+    """Every v2 model of a repository (or the one model if ``path`` is a model folder).
+    Generation folders are skipped (see ``generation_folders``); a repository holding only
+    those yields an empty list."""
     path = Path(path)
     if not path.is_dir():
         raise ConfigError(f"{path}: no such model repository")
     if (path / "config.pbtxt").is_file():
-        return [load_model(path, overrides, threads)]
+        return [] if is_generation_folder(path) else [load_model(path, overrides, threads)]
     folders = sorted(p for p in path.iterdir() if (p / "config.pbtxt").is_file())
     if not folders:
         raise ConfigError(f"{path}: no model folder (with a config.pbtxt) inside")
+    folders = [p for p in folders if not is_generation_folder(p)]
     return [load_model(folder, overrides, threads) for folder in folders]

@@ -11,16 +11,21 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from inference_pipeline.serving.app import DEFAULT_MAX_REQUEST_BYTES, InferenceServer
 from inference_pipeline.serving.models import ServedModel
 
+if TYPE_CHECKING:
+    from inference_pipeline.generation.routes import GenerationService
+
 log = logging.getLogger("inference_pipeline.serving")
 
 
-class _DrainingServer(uvicorn.Server):
+class DrainingServer(uvicorn.Server):
     """uvicorn's server, telling the batchers to drain as soon as the signal arrives."""
 
     def __init__(self, config: uvicorn.Config, inference: InferenceServer) -> None:
@@ -51,9 +56,10 @@ def run_server(
     port: int = 8000,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     graceful_timeout_s: float = 60.0,
+    generation: Sequence[GenerationService] = (),
 ) -> int:
     """Serve until SIGTERM/SIGINT; returns 0 after a clean drain."""
-    server = InferenceServer(models, max_request_bytes=max_request_bytes)
+    server = InferenceServer(models, max_request_bytes, generation, graceful_timeout_s)
     sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]
     config = uvicorn.Config(
@@ -70,9 +76,9 @@ def run_server(
         extra={
             "url": f"http://{host}:{bound_port}",
             "port": bound_port,
-            "models": list(server.entries),
+            "models": [*server.entries, *server.generation],
         },
     )
-    _DrainingServer(config, server).run(sockets=[sock])
+    DrainingServer(config, server).run(sockets=[sock])
     log.info("stopped", extra={"port": bound_port})
     return 0

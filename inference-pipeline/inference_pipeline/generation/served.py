@@ -1,0 +1,101 @@
+"""A generation model folder in a Triton-layout repository, so ``serve`` mounts the GPT's routes.
+
+```
+<repository>/bbc_gpt/
+  config.pbtxt     name, backend: "generation", max_batch_size (continuous batch slots),
+                   dynamic_batching { default_queue_policy { max_queue_size } },
+                   parameters: gpt_config (JSON of GPTConfig), block_size, num_blocks,
+                   prefill_chunk
+  1/model.onnx     the explicit-KV-cache graph (export-gpt)
+```
+Triton has no "generation" backend; the field only tells our server which loader to use (a
+Triton fleet would serve the same graph with its Python or TensorRT-LLM backend instead).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from inference_pipeline.generation.engine import ContinuousBatchingEngine
+from inference_pipeline.generation.model import GPTConfig
+from inference_pipeline.generation.routes import GenerationService
+from inference_pipeline.serving.config import GENERATION_BACKEND
+
+DEFAULT_MAX_BATCH = 16
+DEFAULT_MAX_QUEUE = 64
+
+
+class GenerationFolderError(ValueError):
+    """A generation model folder that cannot be served; the message names the file."""
+
+
+def write_generation_folder(
+    repository: Path,
+    onnx_path: Path,
+    config: GPTConfig,
+    name: str = "bbc_gpt",
+    max_batch: int = DEFAULT_MAX_BATCH,
+    max_queue: int = DEFAULT_MAX_QUEUE,
+    block_size: int = 16,
+    prefill_chunk: int = 64,
+) -> Path:
+    """Write ``repository/name`` (config.pbtxt + 1/model.onnx, copied); returns the folder."""
+    folder = Path(repository) / name
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(onnx_path, folder / "1" / "model.onnx")
+    proto = model_config_pb2.ModelConfig(
+        name=name, backend=GENERATION_BACKEND, max_batch_size=max_batch
+    )
+    proto.dynamic_batching.default_queue_policy.max_queue_size = max_queue
+    params = {
+        "gpt_config": json.dumps(config.to_dict()),
+        "block_size": str(block_size),
+        "prefill_chunk": str(prefill_chunk),
+    }
+    for key, value in params.items():
+        proto.parameters[key].string_value = value
+    (folder / "config.pbtxt").write_text(text_format.MessageToString(proto))
+    return folder
+
+
+def load_generation_service(
+    folder: Path,
+    threads: int = 1,
+    max_batch: int | None = None,
+    max_queue: int | None = None,
+) -> GenerationService:
+    """The folder's graph on ONNX Runtime behind a continuous-batching engine (not started)."""
+    from inference_pipeline.generation.runtime import OrtStep
+
+    folder = Path(folder)
+    path = folder / "config.pbtxt"
+    proto = model_config_pb2.ModelConfig()
+    try:
+        text_format.Parse(path.read_text(), proto)
+        params = {key: value.string_value for key, value in proto.parameters.items()}
+        config = GPTConfig(**json.loads(params["gpt_config"]))
+        block_size = int(params.get("block_size", "16"))
+        prefill_chunk = int(params.get("prefill_chunk", "64"))
+    except (OSError, text_format.ParseError, KeyError, TypeError, ValueError) as exc:
+        raise GenerationFolderError(f"{path}: not a generation model config ({exc})") from None
+    versions = [p for p in folder.iterdir() if p.name.isdigit() and (p / "model.onnx").is_file()]
+    if not versions:
+        raise GenerationFolderError(f"{folder}: no version folder holds model.onnx")
+    onnx_path = max(versions, key=lambda p: int(p.name)) / "model.onnx"
+    queue_size = proto.dynamic_batching.default_queue_policy.max_queue_size or DEFAULT_MAX_QUEUE
+    try:
+        engine = ContinuousBatchingEngine(
+            OrtStep(onnx_path, config, threads=threads),
+            max_batch=max_batch or proto.max_batch_size or DEFAULT_MAX_BATCH,
+            block_size=block_size,
+            prefill_chunk=prefill_chunk,
+            max_queue=max_queue or queue_size,
+        )
+    except Exception as exc:  # a graph ONNX Runtime refuses, a bad batch setting
+        raise GenerationFolderError(f"{folder}: cannot load ({exc})") from None
+    return GenerationService(engine, proto.name or folder.name)

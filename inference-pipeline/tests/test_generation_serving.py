@@ -1,0 +1,177 @@
+"""The GPT's generation routes mounted in the v2 server beside the classifier: one repository,
+one process, the same /metrics, queue limit and SIGTERM drain (tiny untrained GPT, loopback)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from inference_pipeline.generation.served import load_generation_service
+from inference_pipeline.serving.models import generation_folders, load_repository
+from inference_pipeline_harness.serving_fixtures import (
+    TINY_GPT,
+    TINY_MODEL,
+    infer_json,
+    server_process,
+    threaded_server,
+    tiny_repository_with_gpt,
+)
+
+WAIT_S = 30.0  # guard for waits that end as soon as the condition holds (a loaded 2-core box)
+
+
+class GatedStep:
+    """The real step function behind a gate: while closed, the engine holds every running
+    request at a token boundary, so queue states are set up without racing the model."""
+
+    def __init__(self, step) -> None:
+        self.step, self.config = step, step.config
+        self.open = threading.Event()
+
+    def __call__(self, *args):
+        if not self.open.wait(WAIT_S):
+            raise TimeoutError("gate left closed")
+        return self.step(*args)
+
+
+@pytest.fixture
+def gated_server() -> Iterator[tuple]:
+    """A fresh in-process server (the queue and the shutdown are per test)."""
+    repo = tiny_repository_with_gpt()
+    service = load_generation_service(generation_folders(repo)[0])
+    gate = GatedStep(service.engine.step_fn)
+    service.engine.step_fn = gate
+    with threaded_server(load_repository(repo), generation=(service,)) as (url, server):
+        try:
+            yield url, server, service, gate
+        finally:
+            gate.open.set()
+
+
+def post(url: str, path: str, body: object | bytes) -> http.client.HTTPResponse:
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=WAIT_S)
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    conn.request("POST", path, data, {"Content-Type": "application/json"})
+    return conn.getresponse()
+
+
+def stream(url: str, prompt: str, max_tokens: int, model: str = TINY_GPT) -> list[dict]:
+    body = {"text_input": prompt, "parameters": {"max_tokens": max_tokens}}
+    response = post(url, f"/v2/models/{model}/generate_stream", body)
+    raw = response.read().decode()
+    if response.status != 200:
+        return [{"status": response.status, **json.loads(raw)}]
+    return [json.loads(line[6:]) for line in raw.split("\n") if line.startswith("data: ")]
+
+
+def wait_until(condition, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def get(url: str, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url + path, timeout=WAIT_S) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_serve_cli_exposes_classifier_and_generation_routes_and_exits_0_on_sigterm() -> None:
+    with server_process(tiny_repository_with_gpt()) as (url, process):
+        assert infer_json(url, TINY_MODEL, ["the bank said profit"])[0] == 200
+        status, metadata = get(url, f"/v2/models/{TINY_GPT}")
+        assert status == 200 and json.loads(metadata)["platform"] == "generation"
+        assert get(url, f"/v2/models/{TINY_GPT}/ready")[0] == 200
+        events = stream(url, "The bank", 12)
+        assert [e["index"] for e in events] == list(range(len(events)))
+        assert events[-1]["finish_reason"] == "length"
+        answer = json.loads(post(url, f"/v2/models/{TINY_GPT}/generate", {
+            "text_input": "The bank", "parameters": {"max_tokens": 12}}).read())  # fmt: skip
+        # greedy: the stream and the one-shot answer are the same bytes
+        assert answer["text_output"] == "".join(e["text_output"] for e in events)
+        assert answer["generated_tokens"] == 12
+        metrics = get(url, "/metrics")[1].decode()
+        assert "inference_requests_total" in metrics and "generation_tokens_total" in metrics
+    assert process.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "phrase"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        ({"text_input": 3}, 400, "text_input"),
+        ({"text_input": "a", "parameters": {"max_tokens": 500}}, 400, "positions"),
+        (b" " * (5 * 1024 * 1024), 413, "exceeds"),
+    ],
+)
+def test_malformed_generation_requests_get_one_v2_error(gated_server, body, status, phrase):
+    url, *_ = gated_server
+    response = post(url, f"/v2/models/{TINY_GPT}/generate_stream", body)
+    answer = json.loads(response.read())
+    assert response.status == status and set(answer) == {"error"} and phrase in answer["error"]
+    unknown = post(url, "/v2/models/nope/generate", {"text_input": "a"})
+    assert unknown.status == 404 and "nope" in json.loads(unknown.read())["error"]
+
+
+def test_burst_beyond_the_generation_queue_is_rejected_at_once_and_loses_no_stream(gated_server):
+    url, _, service, gate = gated_server
+    capacity = service.engine.max_queue + service.engine.max_batch  # queued + admitted
+    burst = capacity + 4
+    results: list[list[dict]] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(stream(url, "Profit", 20)))
+        for _ in range(burst)
+    ]
+    for thread in threads:
+        thread.start()
+    # Rejects are answered while the engine is frozen: they did not wait for capacity.
+    wait_until(lambda: len(results) >= burst - capacity, "the rejects")
+    assert get(url, "/v2/health/ready")[0] == 200
+    rejected = [r for r in results if r[0].get("status") == 503]
+    assert len(rejected) == len(results) and "queue full" in rejected[0][0]["error"]
+    gate.open.set()
+    for thread in threads:
+        thread.join(WAIT_S)
+    answered = [r for r in results if r[0].get("status") != 503]
+    assert len(answered) + len(rejected) == burst and len(answered) >= service.engine.max_queue
+    assert all(r[-1]["finish_reason"] == "length" for r in answered)
+    cache = service.engine.cache
+    wait_until(lambda: cache.free_blocks == cache.num_blocks, "every block back")
+
+
+def test_sigterm_finishes_accepted_streams_and_refuses_new_ones(gated_server):
+    url, server, service, gate = gated_server
+    results: list[list[dict]] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(stream(url, "Election", 30)))
+        for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: len(service.engine.running) + service.engine.queue_depth() == 3, "3 in")
+    server.app.state.http_server.handle_exit(signal.SIGTERM, None)  # what SIGTERM runs
+    wait_until(lambda: not service.accepting, "intake closed")
+    try:
+        late = stream(url, "Late", 5)
+        assert late[0]["status"] == 503, late
+    except ConnectionError:
+        pass  # uvicorn had already closed its listener: refused is the other correct answer
+    gate.open.set()
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert len(results) == 3
+    # every accepted stream ran to its end: 30 token events and the closing one
+    assert all(len(r) == 31 and r[-1]["finish_reason"] == "length" for r in results)
+    wait_until(lambda: not service.runner._thread.is_alive(), "the engine thread to stop")
