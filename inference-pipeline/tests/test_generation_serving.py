@@ -175,3 +175,27 @@ def test_sigterm_finishes_accepted_streams_and_refuses_new_ones(gated_server):
     # every accepted stream ran to its end: 30 token events and the closing one
     assert all(len(r) == 31 and r[-1]["finish_reason"] == "length" for r in results)
     wait_until(lambda: not service.runner._thread.is_alive(), "the engine thread to stop")
+
+
+def test_waiting_streams_park_no_thread(gated_server):
+    """A stream waits for its next token on the event loop, not in a worker thread: with a
+    thread per stream the default executor (cpu_count + 4 threads) caps concurrent streams."""
+    url, _, service, gate = gated_server
+    before = {t.name for t in threading.enumerate()}
+    clients = service.engine.max_queue  # all accepted, however admission interleaves
+    results: list[list[dict]] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(stream(url, "Tax", 5)), name=f"client{i}")
+        for i in range(clients)
+    ]
+    for thread in threads:
+        thread.start()
+    engine = service.engine
+    wait_until(lambda: len(engine.running) + engine.queue_depth() == clients, "streams in")
+    time.sleep(0.6)  # > 2 disconnect polls: each would have borrowed a thread by now
+    added = {t.name for t in threading.enumerate()} - before - {t.name for t in threads}
+    assert len(added) < clients, f"threads started while {clients} streams waited: {added}"
+    gate.open.set()
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert len(results) == clients and all(r[-1]["finish_reason"] == "length" for r in results)
