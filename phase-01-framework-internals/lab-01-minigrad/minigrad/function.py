@@ -206,6 +206,7 @@ class Function:
             out, result = _forward_on_tensors(cls, ctx, args)
         if cls.may_view and _shares_memory(result, args[0]):
             result._vc = args[0]._vc  # a view shares its base's version counter
+            result._view = True
         if record:
             if not cls._raw:  # so the engine can check what a user backward returns
                 ctx.input_shapes = tuple([a.shape if isinstance(a, Tensor) else None for a in args])

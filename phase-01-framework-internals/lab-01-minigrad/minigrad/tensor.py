@@ -55,7 +55,8 @@ class Tensor(InPlaceOps):
     """A NumPy array that records how it was computed (``grad_fn``) when grad is enabled."""
 
     # __slots__ keeps creation cheap: one Tensor is made per op on the hot path.
-    __slots__ = ("data", "grad", "grad_fn", "_rg", "_vc", "__weakref__")
+    # ``_view`` is set (only) on a view made by an op; unset reads as False via getattr.
+    __slots__ = ("data", "grad", "grad_fn", "_rg", "_vc", "_view", "__weakref__")
     # Make ``ndarray <op> Tensor`` defer to our reflected operators instead of broadcasting
     # the Tensor as an object array.
     __array_ufunc__ = None
@@ -308,7 +309,7 @@ class Tensor(InPlaceOps):
         return ops.Minimum.apply(self, other)
 
     def masked_fill(self, mask: Any, value: Any) -> Tensor:
-        return ops.MaskedFill.apply(self, mask.data if isinstance(mask, Tensor) else mask, value)
+        return ops.MaskedFill.apply(self, ops.index_arg(mask), value)
 
     def gather(self, dim: int, index: Any) -> Tensor:
         return ops.gather(self, dim, index)

@@ -70,7 +70,8 @@ class InPlaceOps:
         leaf that requires grad, with grad enabled, it is torch's error. On a non-leaf (or when
         ``other`` requires grad) the op is recorded: the tensor takes the result's value and
         grad_fn, and a new version, so nodes that saved the old value refuse to backward, as in
-        torch. Unlike torch, views taken before keep the old value there.
+        torch. Unlike torch, views taken before keep the old value there, and a recorded in-place op
+        on a view is refused (torch would rewrite its base's history).
         """
         primitive = PRIMITIVES[op]
         o = other.data if isinstance(other, InPlaceOps) else other
@@ -99,6 +100,14 @@ class InPlaceOps:
         if self.grad_fn is None and self._rg:
             raise RuntimeError(
                 "a leaf Variable that requires grad is being used in an in-place operation."
+            )
+        if getattr(self, "_view", False):
+            # torch rewrites the base's history (CopySlices); minigrad would update only the
+            # view, leaving the base's value and gradient silently wrong, so it refuses
+            raise RuntimeError(
+                "minigrad does not record an in-place operation on a view (indexing, "
+                "transpose, expand, ...) of a tensor in the graph; use an out-of-place op, "
+                "or clone() the view first"
             )
         old = self._wrap(self.data, self.grad_fn)
         old._rg, old._vc = self._rg, self._vc

@@ -166,3 +166,66 @@ def test_hessian_over_two_arguments_is_output_major_like_torch():
     for i in range(2):
         for j in range(2):
             close(m[i][j], t[i][j])
+
+
+# Each op whose index / mask / target argument is mapped: the trace once froze these to the
+# first example's value (``.data`` of the tracer), so vmap returned example 0's indices for
+# every example. in_axes on a non-first dim as well.
+_IX = rng.integers(0, 4, (3, 2, 5))
+_X = rng.standard_normal((3, 4, 5))
+_MAPPED_INDEX_CASES = {
+    "gather": (lambda L: lambda a, i: L.gather(a, 1, i), (_X, _IX), (2, 2)),
+    "gather_index_only": (lambda L: lambda a, i: L.gather(a, 1, i), (_X[:, :, 0], _IX), (None, 2)),
+    "index_select": (
+        lambda L: lambda a, i: L.index_select(a, 1, i),
+        (_X, rng.integers(0, 4, (3, 5))),
+        (2, 1),
+    ),
+    "embedding": (
+        lambda L: lambda w, i: L.nn.functional.embedding(i, w),
+        (_X[0], _IX[:, :, 0] % 4),
+        (None, 1),
+    ),
+    "where": (lambda L: lambda c, a: L.where(c, a, 0.0), (_X > 0, _X[0]), (0, None)),
+    "masked_fill": (lambda L: lambda a, m: a.masked_fill(m, -1.0), (_X[0], _X > 0), (None, 0)),
+    "cross_entropy_none": (
+        lambda L: lambda a, t: L.nn.functional.cross_entropy(a, t, reduction="none"),
+        (_X, rng.integers(0, 4, (3, 5))),
+        (2, 1),
+    ),
+    "cross_entropy_probs": (
+        lambda L: lambda a, p: L.nn.functional.cross_entropy(a, p),
+        (_X, np.abs(_X) / np.abs(_X).sum(1, keepdims=True)),
+        (2, 2),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(_MAPPED_INDEX_CASES))
+def test_vmap_and_vmap_grad_over_mapped_indices_masks_and_targets(name):
+    make, args, axes = _MAPPED_INDEX_CASES[name]
+    m_args = [minigrad.tensor(a) for a in args]
+    t_args = [torch.tensor(a) for a in args]
+    close(
+        mf.vmap(make(minigrad), in_axes=axes)(*m_args), tf.vmap(make(torch), in_dims=axes)(*t_args)
+    )
+    argnum = 1 if name == "where" else 0  # the float input
+
+    def m_loss(*a):
+        return make(minigrad)(*a).sum()
+
+    def t_loss(*a):
+        return make(torch)(*a).sum()
+
+    m = mf.vmap(mf.grad(m_loss, argnums=argnum), in_axes=axes)(*m_args)
+    t = tf.vmap(tf.grad(t_loss, argnums=argnum), in_dims=axes)(*t_args)
+    close(m, t)
+
+
+def test_indexing_with_a_traced_tensor_inside_a_tuple_key_is_an_error_not_a_frozen_index():
+    x, idx = (
+        minigrad.tensor(rng.standard_normal((3, 4))),
+        minigrad.tensor(np.array([[0, 1], [2, 3]])),
+    )
+    with pytest.raises(minigrad.tracing.TracingError, match="indexing with a traced tensor"):
+        mf.vmap(lambda a, i: a[:, i], in_axes=(None, 0))(x, idx)

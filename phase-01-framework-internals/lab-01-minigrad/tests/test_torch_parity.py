@@ -259,3 +259,34 @@ def test_small_torch_conveniences():
     weight = ours[0].weight
     assert ours.double() is ours and weight.dtype == np.float64 and ours[0].weight is weight
     assert ours(minigrad.tensor(a)).dtype == np.float64
+
+
+def test_recorded_in_place_op_on_a_view_is_refused_not_silently_wrong():
+    # torch rewrites the base's history (w's gradient is 2 in row 0); minigrad used to update
+    # the view only, so the base kept its old value and w.grad came out as all ones
+    w = minigrad.tensor(np.ones((3, 4)), requires_grad=True)
+    a = w * 1
+    for view in (a[0], a.t(), a[None].expand(2, 3, 4)):
+        with pytest.raises(RuntimeError, match="in-place operation on a view"):
+            view *= 2
+    base = minigrad.zeros(3)
+    with pytest.raises(RuntimeError, match="in-place operation on a view"):
+        base[1:] += w[0, :2]  # a view that does not require grad, updated from one that does
+    with minigrad.no_grad():  # outside the graph the base sees the change, as in torch
+        view = a[0]
+        view *= 2
+    assert a.data[0].tolist() == [2.0] * 4 and a.data[1].tolist() == [1.0] * 4
+
+
+@pytest.mark.parametrize("op", ["cat", "stack"])
+def test_cat_and_stack_promote_dtypes_like_torch(op):
+    pairs = [(np.int64, np.float32), (np.float32, np.float64), (np.bool_, np.int64)]
+    for d1, d2 in pairs:
+        a, b = np.arange(3).astype(d1), np.arange(3).astype(d2)
+        m = getattr(minigrad, op)([minigrad.tensor(a), minigrad.tensor(b)])
+        t = getattr(torch, op)([torch.tensor(a), torch.tensor(b)])
+        assert str(m.dtype) == str(t.dtype).removeprefix("torch."), (d1, d2)
+    x = minigrad.tensor(np.ones(3, np.float32), requires_grad=True)
+    out = getattr(minigrad, op)([x, minigrad.tensor(np.arange(3))])  # int64 beside float32
+    out.sum().backward()
+    assert out.dtype == np.float32 and x.grad.dtype == np.float32

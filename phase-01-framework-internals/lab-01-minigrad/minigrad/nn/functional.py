@@ -10,6 +10,7 @@ import numpy as np
 from minigrad import attention, ops, rules
 from minigrad.creation import default_generator
 from minigrad.nn.losses import cross_entropy_general
+from minigrad.ops.dual import index_arg
 from minigrad.tensor import Tensor, _norm_dim
 from minigrad.tracing import Tracer
 
@@ -159,8 +160,7 @@ def minimum(a: Any, b: Any) -> Tensor:
 
 
 def where(condition: Any, a: Any, b: Any) -> Tensor:
-    cond = condition.data if isinstance(condition, Tensor) else np.asarray(condition)
-    return ops.Where.apply(cond, a, b)
+    return ops.Where.apply(index_arg(condition), a, b)
 
 
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
@@ -195,8 +195,7 @@ def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
 
 
 def masked_fill(x: Tensor, mask: Any, value: Any) -> Tensor:
-    m = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
-    return ops.MaskedFill.apply(x, m, value)
+    return ops.MaskedFill.apply(x, index_arg(mask), value)
 
 
 def var(x: Tensor, dim: Any = None, correction: float = 1, keepdim: bool = False) -> Tensor:
@@ -212,10 +211,9 @@ def logsumexp(x: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
 
 
 def embedding(input: Any, weight: Tensor, padding_idx: int | None = None) -> Tensor:  # noqa: A002
-    idx = input.data if isinstance(input, Tensor) else np.asarray(input)
     if padding_idx is not None and padding_idx < 0:
         padding_idx += weight.shape[0]
-    return ops.Embedding.apply(idx, weight, padding_idx)
+    return ops.Embedding.apply(index_arg(input), weight, padding_idx)
 
 
 def layer_norm(

@@ -11,6 +11,7 @@ import numpy as np
 
 from minigrad import ops
 from minigrad.tensor import Tensor
+from minigrad.tracing import Tracer
 
 
 def _class_weights(weight: Any, n_classes: int, dtype: np.dtype) -> np.ndarray | None:
@@ -20,6 +21,10 @@ def _class_weights(weight: Any, n_classes: int, dtype: np.dtype) -> np.ndarray |
     if w.shape != (n_classes,):
         raise ValueError(f"cross_entropy: weight has shape {w.shape}, expected ({n_classes},)")
     return w
+
+
+def _requires_grad(x: Any) -> bool:
+    return isinstance(x, Tensor) and x.requires_grad
 
 
 def _classes_last(logp: Tensor) -> Tensor:
@@ -53,8 +58,8 @@ def cross_entropy_general(
     if not 0.0 <= smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {smoothing}")
     probs = t.dtype.kind == "f"
-    if probs and isinstance(target_tensor, Tensor) and target_tensor.requires_grad:
-        t = target_tensor  # torch differentiates w.r.t. probability targets too
+    if isinstance(target_tensor, Tracer) or (probs and _requires_grad(target_tensor)):
+        t = target_tensor  # traced (vmap over targets), or differentiated as torch does
     if probs and ignore_index != -100:
         raise RuntimeError("ignore_index is not supported for floating point target")
     unbatched = x.ndim == 1
@@ -112,16 +117,21 @@ def _class_targets(
             f"(expected {(x.shape[0],) + x.shape[2:]})"
         )
     n_classes = x.shape[1]
-    valid = t != ignore_index
-    _check_class_ids(t, valid, n_classes)
+    # Written with ops (Compare, Where, Gather) rather than NumPy indexing, so that a traced
+    # target (vmap over labels) stays traced instead of freezing to one example's labels.
+    traced = isinstance(t, Tracer)
+    valid = t != ignore_index if traced else Tensor._wrap(np.asarray(t != ignore_index))
+    if not traced:
+        _check_class_ids(t, valid.data, n_classes)
     flat = _classes_last(logp)
-    ids = np.where(valid, t, 0).reshape(-1)
-    rows = np.arange(ids.size)
-    weight_of_row = (w[ids] if w is not None else np.ones(ids.size, x.dtype)) * valid.reshape(-1)
-    loss = -(flat[rows, ids] * weight_of_row)  # (rows,): the weighted negative log-likelihood
+    ids = ops.Where.apply(valid, t, 0).reshape(-1)
+    valid_f = ops.Cast.apply(valid.reshape(-1), x.dtype)
+    weight_of_row = valid_f if w is None else ops.gather(Tensor._wrap(w), 0, ids) * valid_f
+    picked = ops.gather(flat, 1, ids.reshape(-1, 1)).reshape(-1)
+    loss = -(picked * weight_of_row)  # (rows,): the weighted negative log-likelihood
     if smoothing:
         per_class = flat * w if w is not None else flat
-        smooth = -per_class.sum(dim=1) * valid.reshape(-1).astype(x.dtype)
+        smooth = -per_class.sum(dim=1) * valid_f
         loss = loss * (1 - smoothing) + smooth * (smoothing / n_classes)
     if reduction == "none":
         return loss.reshape(t.shape)
@@ -129,4 +139,4 @@ def _class_targets(
     if reduction == "sum":
         return total
     with np.errstate(invalid="ignore", divide="ignore"):  # no valid row: nan, as torch
-        return total / np.asarray(weight_of_row.sum(), dtype=x.dtype)
+        return total / weight_of_row.sum()

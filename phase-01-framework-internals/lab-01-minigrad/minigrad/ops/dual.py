@@ -16,6 +16,7 @@ import numpy as np
 
 from minigrad.rules import PRIMITIVES as _P
 from minigrad.tensor import Tensor
+from minigrad.tracing import Tracer
 
 
 def _np_sum_to(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -79,6 +80,15 @@ def cast(x: Any, dtype: Any) -> Any:
 def value(x: Any) -> Any:
     """The raw array (for non-differentiable uses such as masks)."""
     return x.data if isinstance(x, Tensor) else x
+
+
+def index_arg(x: Any) -> Any:
+    """An index or mask argument as an op takes it: a plain one as its array, a traced one
+    kept as the Tracer, so that vmap over indices/masks batches them (its ``.data`` is only
+    the first example's value)."""
+    if isinstance(x, Tracer):
+        return x
+    return x.data if isinstance(x, Tensor) else np.asarray(x)
 
 
 def _shape(x: Any) -> tuple[int, ...]:

@@ -3,12 +3,14 @@ embedding lookups. Each backward routes the gradient back to the elements that w
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 
 from minigrad.function import Primitive
-from minigrad.ops.dual import cast, reduce_sum, sum_to, value
+from minigrad.ops.dtypes import _promote
+from minigrad.ops.dual import cast, index_arg, reduce_sum, sum_to, value
 from minigrad.ops.rulekit import (
     P,
     align,
@@ -22,6 +24,7 @@ from minigrad.ops.rulekit import (
 )
 from minigrad.ops.shape import IndexBackward, _Scratch
 from minigrad.tensor import Tensor, _norm_dim
+from minigrad.tracing import Tracer
 
 
 def _along(dim: int, ndim: int, index: Any) -> tuple:
@@ -29,12 +32,21 @@ def _along(dim: int, ndim: int, index: Any) -> tuple:
     return (slice(None),) * dim + (index,) + (slice(None),) * (ndim - dim - 1)
 
 
+def _promoted(arrays: list) -> list[np.ndarray]:
+    """The arrays in their common dtype by torch's rule (int64 with float32 is float32, where
+    NumPy would give float64)."""
+    arrays = [np.asarray(a) for a in arrays]
+    dtype = functools.reduce(_promote, [a.dtype for a in arrays])
+    return [a if a.dtype == dtype else a.astype(dtype) for a in arrays]
+
+
 class Cat(Primitive):
     """``torch.cat(tensors, dim)``, applied as ``Cat.apply(dim, *tensors)``."""
 
     @staticmethod
     def forward(ctx, dim, *arrays):
-        arrays = [np.asarray(a) for a in arrays]
+        ctx.dtypes = [np.asarray(a).dtype for a in arrays]
+        arrays = _promoted(arrays)
         # torch's legacy rule: a 1-D empty tensor is skipped beside tensors of another rank
         ndim = max(a.ndim for a in arrays)
         skipped = [a.shape == (0,) and ndim > 1 for a in arrays]
@@ -42,7 +54,6 @@ class Cat(Primitive):
         out = np.concatenate(kept, axis=dim) if kept else np.zeros((0,), arrays[0].dtype)
         ctx.dim, ctx.ndim, ctx.skipped = dim, out.ndim, skipped
         ctx.sizes = [0 if skip else a.shape[dim] for a, skip in zip(arrays, skipped, strict=True)]
-        ctx.dtypes = [a.dtype for a in arrays]
         return out
 
     @staticmethod
@@ -66,9 +77,9 @@ class Stack(Primitive):
 
     @staticmethod
     def forward(ctx, dim, *arrays):
-        arrays = [np.asarray(a) for a in arrays]
-        out = np.stack(arrays, axis=dim)
-        ctx.dim, ctx.ndim, ctx.dtypes = dim, out.ndim, [a.dtype for a in arrays]
+        ctx.dtypes = [np.asarray(a).dtype for a in arrays]
+        out = np.stack(_promoted(arrays), axis=dim)
+        ctx.dim, ctx.ndim = dim, out.ndim
         return out
 
     @staticmethod
@@ -186,8 +197,7 @@ class Embedding(Primitive):
 
 
 def gather(x: Tensor, dim: int, index: Any) -> Tensor:
-    idx = index.data if isinstance(index, Tensor) else np.asarray(index)
-    return Gather.apply(x, _norm_dim(dim, x.ndim) if x.ndim else 0, idx)
+    return Gather.apply(x, _norm_dim(dim, x.ndim) if x.ndim else 0, index_arg(index))
 
 
 # ----------------------------------------------------------------------------- rules
@@ -288,7 +298,13 @@ def _embedding_vmap(size, args, batched):
 def _embedding_transpose(ct, args, linear, avals):
     ids, _, pad = args
     shape = avals[1][0]
-    gw = IndexBackward.apply(ct, shape, np.asarray(value(ids)))
+    if isinstance(ids, Tracer):  # traced ids (vmap(grad) over tokens): a ScatterAdd that
+        # records them, so the batching rule sees every example's ids, not the first's
+        rows = ct.reshape(-1, shape[-1]) if len(shape) == 2 else ct.reshape(-1)
+        index = ids.reshape(-1, 1).expand(*rows.shape) if len(shape) == 2 else ids.reshape(-1)
+        gw = _scatter_add(rows, shape, 0, index)
+    else:
+        gw = IndexBackward.apply(ct, shape, np.asarray(ids))
     if pad is not None:  # as torch: the padding row gets no gradient
         keep = np.ones((shape[0],) + (1,) * (len(shape) - 1), dtype=bool)
         keep[pad] = False

@@ -10,11 +10,13 @@ from minigrad.function import Primitive
 from minigrad.ops.dual import (
     _np_sum_to,
     expand,
+    index_arg,
     permute,
     sum_to,
 )
 from minigrad.ops.rulekit import P, align, rules_for
 from minigrad.tensor import Tensor, _norm_dim
+from minigrad.tracing import Tracer, TracingError
 
 
 class Reshape(Primitive):
@@ -76,6 +78,12 @@ def _is_basic_index(key: Any) -> bool:
 
 
 def _unwrap_key(key: Any) -> Any:
+    keys = key if isinstance(key, tuple) else (key,)
+    if any(isinstance(k, Tracer) for k in keys):  # its .data is one example's value only
+        raise TracingError(
+            "indexing with a traced tensor is not supported (the index would be frozen to "
+            "one example's value); use gather / index_select / where"
+        )
     if isinstance(key, Tensor):
         return key.data
     if isinstance(key, tuple):
@@ -165,9 +173,14 @@ def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
 
 
 def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
-    idx = index.data if isinstance(index, Tensor) else np.asarray(index)
+    idx = index_arg(index)
     if idx.ndim > 1:
         raise ValueError(f"index_select: index must be 0-d or 1-d, got shape {idx.shape}")
+    if isinstance(idx, Tracer) and x.ndim:  # a traced index (vmap over it) must stay traced
+        d, flat = _norm_dim(dim, x.ndim), idx.reshape(-1)
+        shape = x.shape[:d] + flat.shape + x.shape[d + 1 :]
+        full = flat.reshape((1,) * d + (-1,) + (1,) * (x.ndim - d - 1)).expand(*shape)
+        return P["Gather"].apply(x, d, full)
     if x.ndim == 0:
         return Index.apply(x.reshape(1), (idx.reshape(-1),)).reshape(())
     d = _norm_dim(dim, x.ndim)
