@@ -133,3 +133,9 @@ def small_repository(root: Path) -> Path:
         repo, variants, [], art.trained.label_names, art.tokenizer, art.gate_set, art.reference
     )
     return repo
+
+
+@functools.cache
+def shared_repository() -> Path:
+    """One :func:`small_repository` per process (tests copy it before editing it)."""
+    return small_repository(quick_artifacts().folder / "shared")

@@ -8,12 +8,12 @@ import shutil
 import pytest
 from inference_pipeline import repository
 from inference_pipeline.__main__ import main
-from inference_pipeline_harness.scenarios import quick_artifacts, small_repository, zero_weight
+from inference_pipeline_harness.scenarios import quick_artifacts, shared_repository, zero_weight
 
 
 @pytest.fixture(scope="session")
-def repo(tmp_path_factory):
-    return small_repository(tmp_path_factory.mktemp("cli_repo"))
+def repo():
+    return shared_repository()
 
 
 @pytest.fixture

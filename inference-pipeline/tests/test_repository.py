@@ -8,13 +8,13 @@ import shutil
 import pytest
 from google.protobuf import text_format
 from inference_pipeline import repository
-from inference_pipeline_harness.scenarios import quick_artifacts, small_repository
+from inference_pipeline_harness.scenarios import quick_artifacts, shared_repository
 from tritonclient.grpc import model_config_pb2 as mc
 
 
 @pytest.fixture(scope="session")
-def repo(tmp_path_factory):
-    return small_repository(tmp_path_factory.mktemp("repo"))
+def repo():
+    return shared_repository()
 
 
 def test_layout_is_tritons(repo):
