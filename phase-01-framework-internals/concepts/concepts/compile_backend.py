@@ -55,6 +55,11 @@ DECOMPOSED_OPS: list[Any] = [
     aten.mse_loss_backward,
     aten.nll_loss_forward,
     aten.nll_loss_backward,
+    # what an nn.Sequential with LayerNorm, GELU and Dropout adds
+    aten.native_layer_norm,
+    aten.native_layer_norm_backward,
+    aten.gelu,
+    aten.gelu_backward,
 ]
 
 _NP_DTYPES = {
@@ -129,6 +134,16 @@ def _sum_dims(x: minigrad.Tensor, dims: Any = None, keepdim: bool = False, dtype
     return out if dtype is None else out.to(_np_dtype(dtype))
 
 
+def _var_mean(
+    x: minigrad.Tensor, dims: Any = None, *, correction: float = 1, keepdim: bool = False
+) -> tuple[minigrad.Tensor, minigrad.Tensor]:
+    dim = None if dims is None else tuple(dims)
+    return (
+        x.var(dim=dim, correction=correction, keepdim=keepdim),
+        x.mean(dim=dim, keepdim=keepdim),
+    )
+
+
 ATEN_TO_MINIGRAD: dict[Any, Callable[..., Any]] = {
     aten.mm.default: lambda a, b: a @ b,
     aten.bmm.default: lambda a, b: a @ b,
@@ -144,6 +159,9 @@ ATEN_TO_MINIGRAD: dict[Any, Callable[..., Any]] = {
     aten.tanh.default: lambda a: a.tanh(),
     aten.sigmoid.default: lambda a: a.sigmoid(),
     aten.relu.default: lambda a: a.relu(),
+    aten.rsqrt.default: lambda a: a.rsqrt(),
+    aten.erf.default: lambda a: a.erf(),
+    aten.var_mean.correction: _var_mean,
     aten.sum.dim_IntList: _sum_dims,
     aten.sum.default: lambda a, dtype=None: _sum_dims(a, None, False, dtype),
     aten.mean.dim: lambda a, dims, keepdim=False, dtype=None: a.mean(
@@ -192,7 +210,8 @@ def unmapped_op_message(op: Any, node_name: str) -> str:
         )
     else:
         fix = "torch._decomp has no decomposition for it: add a mapping to ATEN_TO_MINIGRAD"
-    return f"minigrad_backend: ATen op {op} (node '{node_name}') has no minigrad mapping; {fix}"
+    kind = "ATen op" if str(op).startswith("aten.") else "op"  # prims.* come from torch._refs
+    return f"minigrad_backend: {kind} {op} (node '{node_name}') has no minigrad mapping; {fix}"
 
 
 def check_mapped(graph: torch.fx.Graph) -> None:
@@ -221,9 +240,16 @@ def to_torch(value: Any) -> Any:
 class MinigradInterpreter(torch.fx.Interpreter):
     """Runs an ATen FX graph node by node, each node as a minigrad op on minigrad Tensors."""
 
+    def run_node(self, n: torch.fx.Node) -> Any:
+        self.node_running = n.name  # for the error below (fx keeps no public current node)
+        return super().run_node(n)
+
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        if target is operator.getitem:  # picks one output of a multi-output op (var_mean)
+            return target(*args, **kwargs)
         if target not in ATEN_TO_MINIGRAD:
-            raise UnmappedAtenOpError(unmapped_op_message(target, str(self.current_node)))
+            node = getattr(self, "node_running", "?")
+            raise UnmappedAtenOpError(unmapped_op_message(target, node))
         kwargs = {k: v for k, v in kwargs.items() if k not in ("layout", "device", "pin_memory")}
         return ATEN_TO_MINIGRAD[target](*args, **kwargs)
 

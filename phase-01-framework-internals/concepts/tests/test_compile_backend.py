@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import minigrad
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from concepts.compile_backend import (
     ATEN_TO_MINIGRAD,
+    DECOMPOSED_OPS,
     MinigradBackend,
+    MinigradInterpreter,
+    UnmappedAtenOpError,
     capture_aten_graphs,
     graph_ops,
     minigrad_backend,
 )
 from concepts_harness.scenarios import compiled_vs_eager, digits_batch, digits_mlp, swish_mlp
+from torch import nn
 
 TOL = 1e-10  # the tolerance, float64
 
@@ -77,21 +83,60 @@ def test_graph_before_decomposition_has_the_fused_ops(digits):
 
 def test_unmapped_op_error_names_op_and_decomposition():
     torch._dynamo.reset()
-    compiled = torch.compile(lambda t: F.gelu(t) * 2, backend=minigrad_backend, dynamic=False)
+    compiled = torch.compile(lambda t: F.softplus(t) * 2, backend=minigrad_backend, dynamic=False)
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as info:
         compiled(torch.randn(3, dtype=torch.float64))
     message = str(info.value)
-    assert "aten.gelu.default" in message
-    assert "torch._refs.nn.functional.gelu" in message and "add aten.gelu" in message
+    assert "ATen op aten.softplus.default" in message
+    assert "torch._refs.nn.functional.softplus" in message and "add aten.softplus" in message
     torch._dynamo.reset()
 
 
 def test_unmapped_op_without_decomposition_says_so():
-    # erf is what gelu decomposes into; torch._decomp has nothing smaller for it
+    # following the advice for sin leads to prims.sin, which torch._decomp cannot break down
     torch._dynamo.reset()
-    backend = MinigradBackend(decompositions=[torch.ops.aten.gelu])
-    compiled = torch.compile(lambda t: F.gelu(t), backend=backend, dynamic=False)
-    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="aten.erf.default"):
+    backend = MinigradBackend(decompositions=[*DECOMPOSED_OPS, torch.ops.aten.sin])
+    compiled = torch.compile(lambda t: torch.sin(t), backend=backend, dynamic=False)
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as info:
         compiled(torch.randn(3, dtype=torch.float64))
-    assert "aten.gelu.default" in backend.applied
+    message = str(info.value)
+    assert "op prims.sin.default" in message and "ATen op prims" not in message
+    assert "has no decomposition for it: add a mapping to ATEN_TO_MINIGRAD" in message
+    assert "aten.sin.default" in backend.applied
     torch._dynamo.reset()
+
+
+def test_sequential_with_layernorm_gelu_dropout_matches_eager():
+    # what a user tries first: LayerNorm (var_mean, rsqrt, a tuple output), GELU (erf),
+    # Dropout(p=0); forward and backward on minigrad, equal to eager float64
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(8, 16), nn.LayerNorm(16), nn.GELU(), nn.Dropout(0.0), nn.Linear(16, 3)
+    ).double()
+    x = torch.randn(4, 8, dtype=torch.float64)
+    torch._dynamo.reset()
+    backend = MinigradBackend()
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    out = compiled(x)
+    out.square().sum().backward()
+    compiled_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    expected = model(x)
+    expected.square().sum().backward()
+    assert (out - expected).abs().max().item() <= TOL
+    for got, param in zip(compiled_grads, model.parameters(), strict=True):
+        assert (got - param.grad).abs().max().item() <= TOL
+    assert {"aten.native_layer_norm.default", "aten.gelu.default"} <= set(backend.applied)
+    (graphs,) = backend.graphs
+    assert graphs.forward.calls == 1 and graphs.backward.calls == 1
+    torch._dynamo.reset()
+
+
+def test_interpreter_names_an_unmapped_node_at_run_time():
+    # a graph built by hand skips the compile-time check: the run itself must say what failed
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(torch.ops.aten.sin.default, (x,)))
+    interpreter = MinigradInterpreter(torch.fx.GraphModule(torch.nn.Module(), graph))
+    with pytest.raises(UnmappedAtenOpError, match="aten.sin.default \\(node 'sin_default'\\)"):
+        interpreter.run(minigrad.tensor(np.ones(3)))
