@@ -145,7 +145,8 @@ def test_quick_report_is_complete(quick_report, assert_valid_image):
     page = (out / "index.html").read_text()
     summary = (out / "summary.md").read_text()
     for title in SECTION_TITLES:
-        assert re.search(rf"<h2 id='s\d+'>{re.escape(title)}", page), f"{title!r} not in index.html"
+        heading = re.escape(html.escape(title))
+        assert re.search(rf"<h2 id='s\d+'>{heading}", page), f"{title!r} not in index.html"
         assert f"## {title}" in summary, f"section {title!r} missing from summary.md"
     images = re.findall(r"<img src='([^']+)'", page)
     assert len(images) >= 4, f"expected plots from every lab, found {images}"

@@ -91,6 +91,7 @@ h1{margin:.2em 0;font-size:1.6em} h2{border-bottom:2px solid #ddd;padding-bottom
 .meta{color:#555;margin:.2em 0 .6em} .meta code,.repro code{background:#f3f3f3;padding:0 .25em}
 table{border-collapse:collapse;margin:.4em 0 1em} td,th{border:1px solid #ccc;padding:.2em .5em;
  vertical-align:top} th{background:#f3f3f3;text-align:left}
+table:not(#headline){display:block;max-width:100%;overflow-x:auto}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .pass{color:#137333;font-weight:600} .fail{color:#c5221f;font-weight:600}
 .missed{color:#b06000;font-weight:600}
