@@ -80,26 +80,26 @@ class ModeResult:
     gate: str  # "pass" or the first problem validate_tflite found
 
 
-def compare_modes(model: OutlierModel, repeats: int = 50) -> list[ModeResult]:
-    """Every TFLite mode (and int8 with the debugger's fix) on the outlier model."""
-    import statistics
-    import time
+@dataclass
+class ModeConversions:
+    """Every mode's TFLite bytes for one model, and what the debugger found on the way."""
 
-    from graph_inspector.errors import ConversionError
+    contents: dict[str, bytes]  # mode (or "int8, <kept> float (debugger)") -> flatbuffer
+    layers: list[Any]  # quant_debug.layer_errors, worst first
+    deny: list[str]  # the debugger's deny list (kept in float)
+    fixed_mode: str  # the key of the selective-int8 model in ``contents``
+
+
+def convert_modes(model: OutlierModel) -> ModeConversions:
+    """Each TFLite mode converted once, plus int8 with the debugger's deny list in float."""
     from graph_inspector.quant_debug import deny_list, layer_errors, selective_int8
     from graph_inspector.quiet import native_stderr_captured
-    from graph_inspector.savedmodel import load_serving_fn, signature_param_bytes
     from graph_inspector.tflite import (
         ALL_QUANTIZATIONS,
-        TFLiteModel,
         convert_savedmodel_to_tflite,
         representative_from,
-        validate_tflite,
     )
 
-    inputs = {"x": model.inputs}
-    reference = load_serving_fn(model.folder)
-    expected = reference(inputs)["logits"]
     calibration = representative_from({"x": model.inputs[:100]})
     with native_stderr_captured():  # the converter's C++ diagnostics: not for the console
         contents = {
@@ -109,7 +109,27 @@ def compare_modes(model: OutlierModel, repeats: int = 50) -> list[ModeResult]:
         layers = layer_errors(model.folder, calibration)
         deny = deny_list(contents["int8"], layers)
         kept = "+".join(name.split(";")[0] for name in deny)
-        contents[f"int8, {kept} float (debugger)"] = selective_int8(model.folder, calibration, deny)
+        fixed_mode = f"int8, {kept} float (debugger)"
+        contents[fixed_mode] = selective_int8(model.folder, calibration, deny)
+    return ModeConversions(contents, layers, deny, fixed_mode)
+
+
+def compare_modes(
+    model: OutlierModel, repeats: int = 50, conversions: ModeConversions | None = None
+) -> list[ModeResult]:
+    """Every TFLite mode (and int8 with the debugger's fix) on the outlier model
+    (``conversions``: reuse models already converted by :func:`convert_modes`)."""
+    import statistics
+    import time
+
+    from graph_inspector.errors import ConversionError
+    from graph_inspector.savedmodel import load_serving_fn, signature_param_bytes
+    from graph_inspector.tflite import ALL_QUANTIZATIONS, TFLiteModel, validate_tflite
+
+    inputs = {"x": model.inputs}
+    reference = load_serving_fn(model.folder)
+    expected = reference(inputs)["logits"]
+    contents = (conversions or convert_modes(model)).contents
     one = {"x": model.inputs[:1]}
     results = []
     for mode, content in contents.items():

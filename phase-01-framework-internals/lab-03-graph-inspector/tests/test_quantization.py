@@ -10,7 +10,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from graph_inspector import cli  # noqa: E402
 from graph_inspector.errors import ConversionError  # noqa: E402
-from graph_inspector.quant_debug import deny_list, layer_errors, selective_int8  # noqa: E402
+from graph_inspector.quant_debug import deny_list  # noqa: E402
 from graph_inspector.savedmodel import load_serving_fn, signature_param_bytes  # noqa: E402
 from graph_inspector.tflite import (  # noqa: E402
     ALL_QUANTIZATIONS,
@@ -18,12 +18,22 @@ from graph_inspector.tflite import (  # noqa: E402
     representative_from,
     validate_tflite,
 )
-from graph_inspector_harness.quant_scenarios import compare_modes, make_outlier_model  # noqa: E402
+from graph_inspector_harness.quant_scenarios import (  # noqa: E402
+    compare_modes,
+    convert_modes,
+    make_outlier_model,
+)
 
 
 @pytest.fixture(scope="module")
 def outlier(tmp_path_factory):
     return make_outlier_model(tmp_path_factory.mktemp("quant") / "outlier")
+
+
+@pytest.fixture(scope="module")
+def outlier_conversions(outlier):
+    # every mode converted once for this file (each conversion costs seconds)
+    return convert_modes(outlier)
 
 
 def _gate(model, content, mode):
@@ -48,37 +58,36 @@ def test_every_mode_passes_the_gate_on_a_model_without_outliers(tmp_path):
         convert_savedmodel_to_tflite(plain.folder, "int8")
 
 
-def test_outlier_breaks_int8_the_debugger_finds_the_layer_and_float_fixes_it(outlier):
-    calibration = representative_from({"x": outlier.inputs[:100]})
-    int8 = convert_savedmodel_to_tflite(outlier.folder, "int8", representative=calibration)
+def test_outlier_breaks_int8_the_debugger_finds_the_layer_and_float_fixes_it(
+    outlier, outlier_conversions
+):
+    int8 = outlier_conversions.contents["int8"]
     # 1. full integer gives garbage, and the gate refuses it
     with pytest.raises(ConversionError, match="logits: disagrees with TensorFlow"):
         _gate(outlier, int8, "int8")
     # 2. the debugger ranks the planted layer first, far ahead of the rest
-    layers = layer_errors(outlier.folder, calibration)
+    layers = outlier_conversions.layers
     assert layers[0].tensor.startswith(outlier.planted), [layer.tensor for layer in layers]
     assert layers[0].mean_squared_error > 10 * layers[1].mean_squared_error
     # 3. one change: that layer and its reader in float; the rest stays int8
     deny = deny_list(int8, layers)
     assert [name.split(";")[0] for name in deny] == ["planted", "reader"]
-    fixed = _gate(outlier, selective_int8(outlier.folder, calibration, deny), "int8")
+    assert deny == outlier_conversions.deny  # convert_modes ran selective_int8 with this list
+    fixed = _gate(outlier, outlier_conversions.contents[outlier_conversions.fixed_mode], "int8")
     assert fixed.ok and fixed.argmax_agreement >= 0.97
     # 4. int16 activations survive the outlier without a deny list
-    assert _gate(
-        outlier,
-        convert_savedmodel_to_tflite(outlier.folder, "int16x8", representative=calibration),
-        "int16x8",
-    ).ok  # noqa: E501
+    assert _gate(outlier, outlier_conversions.contents["int16x8"], "int16x8").ok
 
 
-def test_modes_side_by_side_on_the_outlier_model(outlier):
-    results = {r.mode: r for r in compare_modes(outlier, repeats=5)}
+def test_modes_side_by_side_on_the_outlier_model(outlier, outlier_conversions):
+    results = {r.mode: r for r in compare_modes(outlier, 5, outlier_conversions)}
     assert set(ALL_QUANTIZATIONS) < set(results)
     assert results["float32"].gate == results["float16"].gate == "pass"
     assert results["int8"].gate != "pass" and results["int8"].agreement < 0.5
     assert results["dynamic_range"].gate != "pass"  # activations quantized per call: same outlier
     assert results["int16x8"].gate == "pass"
-    fixed = next(r for mode, r in results.items() if mode.startswith("int8, "))
+    fixed = results[outlier_conversions.fixed_mode]
+    assert fixed.mode.startswith("int8, ")
     assert fixed.gate == "pass" and fixed.agreement >= 0.97
     assert results["int8"].size_bytes < 0.5 * results["float32"].size_bytes
 
