@@ -28,6 +28,15 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def run_in_process(capfd, *args: str) -> subprocess.CompletedProcess:
+    """``cli.main`` in this process (no second TensorFlow import); ``capfd`` captures file
+    descriptors 1 and 2, so TensorFlow's native log lines would be caught as in a subprocess."""
+    capfd.readouterr()
+    code = cli.main(list(args))
+    captured = capfd.readouterr()
+    return subprocess.CompletedProcess(args, code, captured.out, captured.err)
+
+
 def assert_one_line_error(proc: subprocess.CompletedProcess, needle: str) -> None:
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
@@ -37,21 +46,29 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, needle: str) -> Non
 
 
 @pytest.mark.parametrize("command", ["inspect", "convert"])
-def test_cli_bad_path_and_not_a_savedmodel(tmp_path, command):
-    proc = run_cli(command, str(tmp_path / "missing"))
+def test_cli_bad_path_and_not_a_savedmodel(tmp_path, command, capfd):
+    proc = run_in_process(capfd, command, str(tmp_path / "missing"))
     assert_one_line_error(proc, "no such file or directory")
     assert proc.returncode == cli.EXIT_USAGE
-    proc = run_cli(command, str(tmp_path))
+    proc = run_in_process(capfd, command, str(tmp_path))
     assert_one_line_error(proc, "is not a SavedModel")
     assert proc.returncode == cli.EXIT_USAGE
 
 
-@pytest.mark.parametrize("command", ["inspect", "convert"])
-def test_cli_corrupt_savedmodel_is_one_line(tmp_path, command):
+def test_cli_corrupt_savedmodel_is_one_line_from_the_entry_point(tmp_path):
+    # one real `python -m graph_inspector` process: the entry point, a fresh TensorFlow import
     (tmp_path / "saved_model.pb").write_bytes(b"not a protobuf")
-    proc = run_cli(command, str(tmp_path))
+    proc = run_cli("inspect", str(tmp_path))
     assert_one_line_error(proc, "could not be loaded as a SavedModel")
-    assert proc.returncode == cli.EXIT_USAGE  # convert exited 1 with an OSError line
+    assert proc.returncode == cli.EXIT_USAGE
+
+
+def test_cli_corrupt_savedmodel_is_one_line(tmp_path, capfd):
+    (tmp_path / "saved_model.pb").write_bytes(b"not a protobuf")
+    for command in ("inspect", "convert"):
+        proc = run_in_process(capfd, command, str(tmp_path))
+        assert_one_line_error(proc, "could not be loaded as a SavedModel")
+        assert proc.returncode == cli.EXIT_USAGE  # convert exited 1 with an OSError line
 
 
 @pytest.mark.parametrize(
@@ -95,7 +112,7 @@ def test_cli_output_paths_are_checked_before_the_work(tmp_path, argv, needle, ca
     assert needle in lines[0] and "could not be loaded" not in lines[0], lines[0]
 
 
-def test_cli_unconvertible_graph_is_one_line(tmp_path):
+def test_cli_unconvertible_graph_is_one_line(tmp_path, capfd):
     class PyFunc(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([2, 8], tf.float32, name="x")])
         def serve(self, x):
@@ -105,7 +122,7 @@ def test_cli_unconvertible_graph_is_one_line(tmp_path):
     module = PyFunc()
     folder = tmp_path / "pyfunc"
     tf.saved_model.save(module, str(folder), signatures={"serving_default": module.serve})
-    proc = run_cli("convert", str(folder), "--out", str(tmp_path / "out"))
+    proc = run_in_process(capfd, "convert", str(folder), "--out", str(tmp_path / "out"))
     assert_one_line_error(proc, "conversion")
     assert proc.returncode == cli.EXIT_FAILED
     assert not (tmp_path / "out" / "model_float32.tflite").exists()
