@@ -151,6 +151,14 @@ def _add_loadtest(subparsers: argparse._SubParsersAction) -> None:
     load.add_argument("--json", dest="json_path", help="write the results here")
     load.add_argument("--plot", dest="plot_path", help="latency-vs-throughput plot (PNG)")
     load.add_argument("--seed", type=int, default=0)
+    gen = load.add_argument_group("generation (a GPT's generate_stream route)")
+    gen.add_argument(
+        "--generate",
+        action="store_true",
+        help="stream from /v2/models/MODEL/generate_stream: TTFT, inter-token latency "
+        "p50/p90/p99, tokens/s and requests/s per --concurrency level (--texts: prompts)",
+    )
+    gen.add_argument("--max-tokens", type=int, default=32, help="tokens per stream")
     load.set_defaults(run=run_loadtest)
 
 

@@ -147,59 +147,39 @@ def run_load_http(
     requests: list[GenerationRequest],
     concurrency: int,
 ) -> RunResult:
-    """Over HTTP: the routes on a loopback uvicorn, clients read the SSE stream; TTFT and ITL
-    are taken when each event arrives at the client."""
-    import http.client
-    import json
-    import socket
+    """Over HTTP: the engine mounted in the v2 server on loopback, clients stream SSE through
+    the load generator's closed loop (``loadtest --generate`` measures the same way); TTFT and
+    ITL are taken when each event arrives at the client."""
+    import asyncio
 
-    import uvicorn
-    from fastapi import FastAPI
-    from inference_pipeline.generation.routes import GenerationService, attach
+    from inference_pipeline.generation.routes import GenerationService
+    from inference_pipeline.loadtest.generation import token_timings
+    from inference_pipeline.loadtest.generator import closed_loop_samples
 
-    service = GenerationService(engine).start()
-    app = FastAPI()
-    attach(app, service)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    ttfts, gaps, counts = [], [], []
+    from inference_pipeline_harness.serving_fixtures import threaded_server
 
-    def one(request: GenerationRequest) -> None:
-        prompt = request.prompt.decode("utf-8", "replace")
+    service = GenerationService(engine, "bbc_gpt")
+    bodies = []
+    for r in requests:
+        prompt = r.prompt.decode("utf-8", "replace")  # may grow: a replacement is 3 bytes
         budget = engine.config.max_positions - len(prompt.encode())
-        body = {
-            "text_input": prompt,
-            "parameters": {"max_tokens": min(request.max_new_tokens, budget)},
-        }
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        sent = time.perf_counter()
-        conn.request("POST", "/v2/models/bbc_gpt/generate_stream", json.dumps(body))
-        response = conn.getresponse()
-        if response.status != 200:
-            raise RuntimeError(f"HTTP {response.status}: {response.read()[:200]!r}")
-        arrivals = []
-        for line in response:
-            if line.startswith(b"data: ") and b'"finish_reason"' not in line:
-                arrivals.append(time.perf_counter())
-        conn.close()
-        ttfts.append(arrivals[0] - sent)
-        gaps.extend(np.diff(arrivals))
-        counts.append(len(arrivals))
-
-    try:
-        seconds = _closed_loop(concurrency, requests, one)
-    finally:
-        service.stop()
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-    return _summarize(engine, concurrency, seconds, ttfts, gaps, sum(counts))
+        params = {"max_tokens": min(r.max_new_tokens, budget)}
+        bodies.append(json.dumps({"text_input": prompt, "parameters": params}).encode())
+    with threaded_server([], generation=(service,)) as (url, _):
+        host, port = url.removeprefix("http://").split(":")
+        start = time.perf_counter()
+        samples, _ = asyncio.run(
+            closed_loop_samples(host, int(port), "/v2/models/bbc_gpt/generate_stream", bodies,
+                                concurrency, 3600.0, len(bodies), 0.0, 600.0, stream=True)
+        )  # fmt: skip
+        seconds = time.perf_counter() - start
+    failed = [s.status for s in samples if s.status != 200]
+    if failed:
+        raise RuntimeError(f"{len(failed)} streams failed; statuses {sorted(set(failed))}")
+    ttfts, gaps = token_timings(samples)
+    return _summarize(
+        engine, concurrency, seconds, ttfts, gaps, sum(len(s.arrivals) for s in samples)
+    )
 
 
 def make_engine(kind: str, step: StepFunction, concurrency: int):

@@ -8,9 +8,18 @@ import sys
 from pathlib import Path
 
 from inference_pipeline.loadtest.client import LoopbackOnlyError, loopback_address
+from inference_pipeline.loadtest.generation import (
+    GenerationLevelResult,
+    format_generation_table,
+    generation_bodies,
+    plot_generation,
+    progress_line,
+    summarize_generation,
+)
 from inference_pipeline.loadtest.generator import (
     LevelResult,
     closed_loop,
+    closed_loop_samples,
     open_loop,
     request_bodies,
 )
@@ -80,6 +89,58 @@ def run_levels(
     return results
 
 
+def run_generation_levels(
+    url: str, model: str, prompts: list[str], concurrency: list[int], duration_s: float = 5.0,
+    max_requests: int = 20000, warmup_s: float = 0.5, max_tokens: int = 32,
+    timeout_s: float = 60.0, progress: bool = True,
+) -> list[GenerationLevelResult]:  # fmt: skip
+    """The closed-loop sweep against ``url``'s ``generate_stream`` route (loopback only)."""
+    host, port = loopback_address(url)
+    path = f"/v2/models/{model}/generate_stream"
+    bodies = generation_bodies(prompts, max_tokens)
+    results = []
+    for level in concurrency:
+        samples, window = asyncio.run(
+            closed_loop_samples(
+                host,
+                port,
+                path,
+                bodies,
+                level,
+                duration_s,
+                max_requests,
+                warmup_s,
+                timeout_s,
+                stream=True,
+            )  # fmt: skip
+        )
+        results.append(summarize_generation(level, samples, window))
+        if progress:
+            progress_line(results[-1])
+    return results
+
+
+def _run_generate(args: argparse.Namespace, prompts: list[str]) -> int:
+    if args.rate:
+        return _fail("--generate sweeps --concurrency (closed loop); --rate is for infer")
+    if args.max_tokens < 1:
+        return _fail("--max-tokens must be >= 1")
+    results = run_generation_levels(
+        args.url, args.model, prompts, args.concurrency, args.duration, args.max_requests,
+        args.warmup, args.max_tokens, args.timeout,
+    )  # fmt: skip
+    print(format_generation_table(results))
+    if all(r.successes == 0 for r in results):
+        return _fail(f"no stream succeeded against {args.url} (is {args.model!r} a GPT here?)")
+    if args.json_path:
+        settings = {k: v for k, v in vars(args).items() if k != "run"}
+        write_json(Path(args.json_path), results, settings)
+    if args.plot_path:
+        title = f"{args.model}: streamed generation vs concurrency (loopback)"
+        plot_generation(Path(args.plot_path), results, title)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.concurrency and not args.rate:
         args.concurrency = [1, 2, 4, 8, 16, 32]
@@ -96,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
         texts = load_texts(args.texts)
     except (LoopbackOnlyError, OSError, ValueError) as exc:
         return _fail(str(exc))
+    if args.generate:
+        return _run_generate(args, texts)
     results = run_levels(
         args.url, args.model, texts, args.concurrency, args.rate, args.duration,
         args.max_requests, args.warmup, args.batch, args.timeout, args.seed,

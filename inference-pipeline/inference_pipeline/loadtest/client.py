@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import time
 import urllib.parse
 
 
@@ -32,6 +33,13 @@ def loopback_address(url: str) -> tuple[str, int]:
     return host, parts.port or 80
 
 
+def token_events(part: bytes) -> int:
+    """SSE ``data:`` events in ``part`` that carry tokens (the closing ``finish_reason`` event
+    carries none): what time-to-first-token and inter-token latency are measured on."""
+    events = part.split(b"\n\n")
+    return sum(e.startswith(b"data: ") and b'"finish_reason"' not in e for e in events)
+
+
 class Connection:
     """One keep-alive HTTP/1.1 connection; reconnects when the server closed it."""
 
@@ -51,6 +59,16 @@ class Connection:
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         """(status, body) of one POST; raises OSError/IncompleteReadError on failure."""
+        return await self._exchange(path, body, None)
+
+    async def post_stream(self, path: str, body: bytes, arrivals: list[float]) -> tuple[int, bytes]:
+        """POST to a Server-Sent Events route: appends the arrival time (perf_counter) of each
+        ``data:`` event to ``arrivals`` as it is read; returns (status, whole body)."""
+        return await self._exchange(path, body, arrivals)
+
+    async def _exchange(
+        self, path: str, body: bytes, arrivals: list[float] | None
+    ) -> tuple[int, bytes]:
         if self._writer is None or self._writer.is_closing():
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         head = (
@@ -59,12 +77,12 @@ class Connection:
         )
         try:
             self._writer.write(head.encode() + body)
-            return await self._read_response()
+            return await self._read_response(arrivals)
         except BaseException:
             await self.close()  # a half-read response would poison the next request
             raise
 
-    async def _read_response(self) -> tuple[int, bytes]:
+    async def _read_response(self, arrivals: list[float] | None) -> tuple[int, bytes]:
         reader = self._reader
         status_line = await reader.readuntil(b"\r\n")
         status = int(status_line.split(b" ", 2)[1])
@@ -79,7 +97,7 @@ class Connection:
             elif name == "connection" and value == "close":
                 keep_alive = False
         if chunked:
-            body = await self._read_chunked()
+            body = await self._read_chunked(arrivals if status == 200 else None)
         elif length is not None:
             body = await reader.readexactly(length)
         else:
@@ -88,12 +106,16 @@ class Connection:
             await self.close()
         return status, body
 
-    async def _read_chunked(self) -> bytes:
+    async def _read_chunked(self, arrivals: list[float] | None) -> bytes:
         parts = []
         while True:
             size = int((await self._reader.readuntil(b"\r\n")).split(b";")[0], 16)
             if size == 0:
                 await self._reader.readuntil(b"\r\n")
                 return b"".join(parts)
-            parts.append(await self._reader.readexactly(size))
+            part = await self._reader.readexactly(size)
+            if arrivals is not None:  # a server sends each SSE event as it is produced
+                now = time.perf_counter()
+                arrivals.extend(now for _ in range(token_events(part)))
+            parts.append(part)
             await self._reader.readexactly(2)

@@ -45,10 +45,11 @@ class LevelResult:
 
 
 @dataclass
-class _Sample:
+class Sample:
     start: float
     end: float
     status: int  # 0 for a transport error
+    arrivals: list[float] = field(default_factory=list)  # streamed token events (generation)
 
 
 def request_bodies(texts: list[str], batch: int) -> list[bytes]:
@@ -62,15 +63,24 @@ def request_bodies(texts: list[str], batch: int) -> list[bytes]:
     return bodies
 
 
-async def _send(connection: Connection, path: str, body: bytes, timeout: float) -> int:
+async def _send(
+    connection: Connection, path: str, body: bytes, timeout: float, arrivals: list | None = None
+) -> int:
+    """The status (0 on a transport error); with ``arrivals``, a streamed (SSE) request whose
+    token events' arrival times are appended there."""
     try:
-        status, _ = await asyncio.wait_for(connection.post(path, body), timeout)
+        if arrivals is None:
+            status, _ = await asyncio.wait_for(connection.post(path, body), timeout)
+        else:
+            status, _ = await asyncio.wait_for(
+                connection.post_stream(path, body, arrivals), timeout
+            )
         return status
     except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError):
         return 0
 
 
-def summarize(mode: str, level: float, samples: list[_Sample], window_s: float) -> LevelResult:
+def summarize(mode: str, level: float, samples: list[Sample], window_s: float) -> LevelResult:
     ok = [s for s in samples if s.status == 200]
     rejects = sum(s.status in REJECT_STATUSES for s in samples)
     latencies = np.array([(s.end - s.start) * 1e3 for s in ok])
@@ -95,29 +105,43 @@ async def closed_loop(
     duration_s: float, max_requests: int, warmup_s: float = 0.5, timeout_s: float = 10.0,
 ) -> LevelResult:  # fmt: skip
     """``concurrency`` workers back to back; requests that START in the warm-up are dropped."""
+    samples, window = await closed_loop_samples(
+        host, port, path, bodies, concurrency, duration_s, max_requests, warmup_s, timeout_s
+    )
+    return summarize("concurrency", concurrency, samples, window)
+
+
+async def closed_loop_samples(
+    host: str, port: int, path: str, bodies: list[bytes], concurrency: int,
+    duration_s: float, max_requests: int, warmup_s: float = 0.5, timeout_s: float = 10.0,
+    stream: bool = False,
+) -> tuple[list[Sample], float]:  # fmt: skip
+    """The closed loop's measured samples and window (s). Bodies go out in order (request k
+    sends ``bodies[k % len(bodies)]``), so ``max_requests=len(bodies)`` replays a workload
+    exactly once; ``stream`` reads SSE answers and records each token event's arrival."""
     begin = time.perf_counter()
     measure_from, stop_at = begin + warmup_s, begin + warmup_s + duration_s
-    samples: list[_Sample] = []
+    samples: list[Sample] = []
     sent = 0
 
-    async def worker(index: int) -> None:
+    async def worker() -> None:
         nonlocal sent
         connection = Connection(host, port)
-        position = index
         try:
             while time.perf_counter() < stop_at and sent < max_requests:
+                body = bodies[sent % len(bodies)]
                 sent += 1
+                arrivals: list[float] | None = [] if stream else None
                 start = time.perf_counter()
-                status = await _send(connection, path, bodies[position % len(bodies)], timeout_s)
-                position += concurrency
+                status = await _send(connection, path, body, timeout_s, arrivals)
                 if start >= measure_from:
-                    samples.append(_Sample(start, time.perf_counter(), status))
+                    samples.append(Sample(start, time.perf_counter(), status, arrivals or []))
         finally:
             await connection.close()
 
-    await asyncio.gather(*(worker(i) for i in range(concurrency)))
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
     window = min(time.perf_counter(), max(s.end for s in samples) if samples else stop_at)
-    return summarize("concurrency", concurrency, samples, max(window - measure_from, 1e-9))
+    return samples, max(window - measure_from, 1e-9)
 
 
 async def open_loop(
@@ -134,7 +158,7 @@ async def open_loop(
             break
         offsets.append(t)
     idle: list[Connection] = []
-    samples: list[_Sample] = []
+    samples: list[Sample] = []
     late = 0
     begin = time.perf_counter()
 
@@ -147,7 +171,7 @@ async def open_loop(
         connection = idle.pop() if idle else Connection(host, port)
         status = await _send(connection, path, bodies[index % len(bodies)], timeout_s)
         if offset >= warmup_s:
-            samples.append(_Sample(intended, time.perf_counter(), status))
+            samples.append(Sample(intended, time.perf_counter(), status))
         idle.append(connection)
 
     await asyncio.gather(*(one(i, offset) for i, offset in enumerate(offsets)))

@@ -29,12 +29,18 @@ def format_table(results: Sequence[LevelResult]) -> str:
                 str(r.errors),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    return fixed_width(rows)
+
+
+def fixed_width(rows: Sequence[Sequence[str]]) -> str:
+    """Right-aligned columns, two spaces apart (the first row is the header)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
     return "\n".join(lines)
 
 
-def write_json(path: Path, results: Sequence[LevelResult], settings: dict) -> None:
+def write_json(path: Path, results: Sequence, settings: dict) -> None:
+    """``results``: LevelResult or GenerationLevelResult (anything with ``as_dict``)."""
     document = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"platform": platform.platform(), "python": platform.python_version()},

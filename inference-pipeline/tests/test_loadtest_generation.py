@@ -1,0 +1,62 @@
+"""`loadtest --generate`: TTFT / inter-token latency / tokens/s against a generate_stream route."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+from inference_pipeline.__main__ import main
+from inference_pipeline.generation.engine import ContinuousBatchingEngine
+from inference_pipeline.generation.model import GPTConfig
+from inference_pipeline.generation.routes import GenerationService
+from inference_pipeline_harness.serving_fixtures import threaded_server
+
+PASS_S = 0.02  # every model pass sleeps this long: a floor under TTFT and inter-token gaps
+
+
+class SleepyCountingStep:
+    """Next byte = last byte + 1; each pass takes at least PASS_S."""
+
+    config = GPTConfig(n_layer=1, n_head=1, d_model=2, max_positions=128)
+
+    def __call__(self, tokens, positions, attention_mask, past):
+        time.sleep(PASS_S)
+        logits = np.zeros((*tokens.shape, 256), dtype=np.float32)
+        np.put_along_axis(logits, ((tokens + 1) % 256)[..., None], 1.0, axis=-1)
+        total = past[0].shape[2] + tokens.shape[1]
+        return logits, [np.zeros((tokens.shape[0], 1, total, 2), np.float32) for _ in past]
+
+
+def test_generate_mode_reports_ttft_itl_and_tokens_per_level(tmp_path, capsys) -> None:
+    service = GenerationService(ContinuousBatchingEngine(SleepyCountingStep(), max_batch=4), "cnt")
+    with threaded_server([], generation=(service,)) as (url, _):
+        outputs = ["--json", str(tmp_path / "gen.json"), "--plot", str(tmp_path / "gen.png")]
+        argv = ["loadtest", "--url", url, "--model", "cnt", "--generate", "--concurrency", "1,4",
+                "--duration", "0.6", "--warmup", "0", "--max-tokens", "6", "--max-requests", "40",
+                *outputs]  # fmt: skip
+        assert main(argv) == 0
+    table = capsys.readouterr().out
+    assert "TTFT p50/p90/p99 ms" in table and "c=4" in table
+    levels = json.loads((tmp_path / "gen.json").read_text())["levels"]
+    assert [level["concurrency"] for level in levels] == [1, 4]
+    for level in levels:
+        assert level["successes"] > 0 and level["errors"] == level["rejects"] == 0
+        # every stream's token events were counted, the closing finish_reason event was not
+        assert level["tokens"] == 6 * level["successes"]
+        assert level["ttft_ms"]["p50"] >= PASS_S * 1e3  # at least the prefill pass
+        assert level["itl_ms"]["p50"] >= PASS_S * 1e3  # one decode pass per token
+        ttft = level["ttft_ms"]
+        assert ttft["p50"] <= ttft["p90"] <= ttft["p99"]
+        assert abs(level["tokens_per_s"] * level["duration_s"] - level["tokens"]) < 1e-6
+    assert (tmp_path / "gen.png").stat().st_size > 10_000
+
+
+def test_generate_mode_refuses_rate_and_reports_a_missing_model(capsys) -> None:
+    service = GenerationService(ContinuousBatchingEngine(SleepyCountingStep()), "cnt")
+    with threaded_server([], generation=(service,)) as (url, _):
+        base = ["loadtest", "--url", url, "--generate", "--duration", "0.2", "--warmup", "0"]
+        assert main([*base, "--model", "cnt", "--rate", "5"]) == 2
+        assert main([*base, "--model", "absent", "--concurrency", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--rate is for infer" in err and "no stream succeeded" in err
