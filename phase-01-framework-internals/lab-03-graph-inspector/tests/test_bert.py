@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -139,18 +140,24 @@ _TINY_HF = dict(
 )
 
 
-def _write_tiny_hf_checkpoint(folder: Path, stored_layers: int, **extra: np.ndarray) -> None:
-    """A Hugging Face style folder: config.json says 2 layers, the weights hold stored_layers."""
+@functools.cache
+def _tiny_hf_tensors(stored_layers: int) -> dict[str, np.ndarray]:
+    # built once per layer count: building a Keras BERT costs seconds on the shared machine
     from graph_inspector.bert import BertModel, _hf_to_keras_pairs
-    from safetensors.numpy import save_file
 
-    folder.mkdir()
     model = BertModel(BertConfig(**{**_TINY_HF, "num_hidden_layers": stored_layers}))
-    tensors = {
+    return {
         f"bert.{name}": (np.asarray(v).T if transpose else np.asarray(v)).copy()
         for name, v, transpose in _hf_to_keras_pairs(model)
     }
-    save_file({**tensors, **extra}, str(folder / "model.safetensors"))
+
+
+def _write_tiny_hf_checkpoint(folder: Path, stored_layers: int, **extra: np.ndarray) -> None:
+    """A Hugging Face style folder: config.json says 2 layers, the weights hold stored_layers."""
+    from safetensors.numpy import save_file
+
+    folder.mkdir()
+    save_file({**_tiny_hf_tensors(stored_layers), **extra}, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps({"model_type": "bert", **_TINY_HF}))
 
 
