@@ -349,8 +349,7 @@ class Tensor(InPlaceOps):
             return ops.AMax.apply(self, None, False, True)  # a NaN is the max, as torch
         axis = _norm_dim(dim, self.ndim)
         values = ops.Max.apply(self, axis, keepdim)
-        indices = np.asarray(np.argmax(self.data, axis=axis, keepdims=keepdim))
-        return MaxResult(values, Tensor._wrap(indices))
+        return MaxResult(values, ops.arg_max(self, axis, keepdim))
 
     def amin(self, dim: Any = None, keepdim: bool = False) -> Tensor:
         return -(-self).amax(dim, keepdim)
@@ -359,18 +358,16 @@ class Tensor(InPlaceOps):
         """As max: the minimum value, or ``(values, indices)`` along ``dim``."""
         if dim is None:
             return -(-self).max()
-        values, _ = (-self).max(dim, keepdim)
-        axis = _norm_dim(dim, self.ndim)
-        indices = np.asarray(np.argmin(self.data, axis=axis, keepdims=keepdim))
-        return MaxResult(-values, Tensor._wrap(indices))
+        values = -ops.Max.apply(-self, _norm_dim(dim, self.ndim), keepdim)
+        return MaxResult(values, ops.arg_max(self, _norm_dim(dim, self.ndim), keepdim, False))
 
     def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
         axis = None if dim is None else _norm_dim(dim, self.ndim)
-        return Tensor._wrap(np.asarray(np.argmin(self.data, axis=axis, keepdims=keepdim)))
+        return ops.arg_max(self, axis, keepdim, largest=False)
 
     def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
         axis = None if dim is None else _norm_dim(dim, self.ndim)
-        return Tensor._wrap(np.asarray(np.argmax(self.data, axis=axis, keepdims=keepdim)))
+        return ops.arg_max(self, axis, keepdim)
 
     def softmax(self, dim: int) -> Tensor:
         return ops.Softmax.apply(self, _norm_dim(dim, self.ndim))

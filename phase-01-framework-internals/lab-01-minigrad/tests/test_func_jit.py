@@ -152,3 +152,14 @@ def test_unsupported_cases_name_the_primitive():
         mf.jit(lambda x: x[x > 0])(np.ones(3))
     with pytest.raises(RuntimeError, match="jit: dropout draws random numbers"):
         mf.jit(lambda x: mF.dropout(x, 0.5))(np.ones(3))
+
+
+def test_jitted_argmax_is_computed_not_a_constant_of_the_first_call():
+    # traced once, the NumPy arg-max of the first input became a constant of the program
+    step = mf.jit(lambda a: (a.argmax(1), a.min(0).indices, a.max(-1).values))
+    x = np.random.default_rng(3).standard_normal((2, 4, 5))
+    for example in x:  # same signature: the second call reuses the compiled program
+        got = step(minigrad.tensor(example))
+        want = (example.argmax(1), example.argmin(0), example.max(-1))
+        for g, w in zip(got, want, strict=True):
+            assert np.array_equal(g.data, w)

@@ -229,3 +229,24 @@ def test_indexing_with_a_traced_tensor_inside_a_tuple_key_is_an_error_not_a_froz
     )
     with pytest.raises(minigrad.tracing.TracingError, match="indexing with a traced tensor"):
         mf.vmap(lambda a, i: a[:, i], in_axes=(None, 0))(x, idx)
+
+
+_ARG_EXTREMES = {
+    "max_dim_indices": lambda a: a.max(0).indices,
+    "max_keepdim_indices": lambda a: a.max(-1, keepdim=True)[1],
+    "min_dim_indices": lambda a: a.min(0).indices,
+    "argmax_all": lambda a: a.argmax(),
+    "argmax_keepdim": lambda a: a.argmax(1, keepdim=True),
+    "argmin_all": lambda a: a.argmin(),
+}
+
+
+@pytest.mark.parametrize("name", list(_ARG_EXTREMES))
+def test_vmap_of_argmax_and_max_indices_is_per_example(name):
+    # the indices were computed with NumPy from the traced example, so every example got
+    # example 0's arg-max
+    f, x = _ARG_EXTREMES[name], rng.standard_normal((3, 4, 5))
+    for axis in (0, 2):
+        m = mf.vmap(f, in_axes=axis)(minigrad.tensor(x))
+        t = tf.vmap(f, in_dims=axis)(torch.tensor(x))
+        assert m.dtype == np.int64 and np.array_equal(m.data, t.numpy()), axis

@@ -11,6 +11,7 @@ from minigrad.ops.dtypes import Cast
 from minigrad.ops.dual import exp, expand, log, reduce_sum, value
 from minigrad.ops.rulekit import P, cmp, rules_for, shift_axis, where0
 from minigrad.tensor import Tensor
+from minigrad.tracing import Tracer
 
 
 def _kept_shape(shape: tuple[int, ...], axis: Any) -> tuple[int, ...]:
@@ -187,6 +188,24 @@ class FirstMax(Primitive):
     @staticmethod
     def backward(ctx, g):
         return None, None
+
+
+def arg_max(x: Tensor, axis: int | None, keepdim: bool, largest: bool = True) -> Tensor:
+    """torch.argmax (the first maximum), or argmin. Eagerly NumPy's; on a traced tensor it
+    is built from the FirstMax mask (sum of positions where it is set), so vmap/jit see
+    every example's indices instead of the traced example's."""
+    if not isinstance(x, Tracer):
+        find = np.argmax if largest else np.argmin
+        return Tensor._wrap(np.asarray(find(x.data, axis=axis, keepdims=keepdim)))
+    mask = FirstMax.apply(x if largest else -x, axis)
+    if axis is None:
+        positions = np.arange(x.data.size).reshape(x.shape)
+    else:
+        positions = np.arange(x.shape[axis]).reshape((-1,) + (1,) * (x.ndim - axis - 1))
+    picked = P["Where"].apply(mask, positions, 0)
+    if axis is None:
+        return picked.sum().reshape((1,) * x.ndim if keepdim else ())
+    return P["Sum"].apply(picked, axis, keepdim)
 
 
 # ----------------------------------------------------------------------------- rules
