@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 # <repository>/out/ is git-ignored; parents: concepts/ → concepts/ → phase-01 → root.
 DEFAULT_OUT = Path(__file__).resolve().parents[3] / "out" / "concepts"
@@ -113,8 +114,16 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(args.out, quick=args.quick)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line (``prog: error: ...``, exit 2), without the usage block;
+    subcommand parsers inherit it (argparse builds them with the parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="python -m concepts",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -23,7 +23,24 @@ def test_bad_input_exits_2(argv, capsys):
     with pytest.raises(SystemExit) as info:
         main(argv)
     assert info.value.code == 2
-    assert "error:" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    # one line, no usage block above it (argparse's default prints two)
+    assert len(lines) == 1 and lines[0].startswith("python -m concepts"), captured.err
+    assert "error:" in lines[0] and captured.out == ""
+
+
+@pytest.mark.parametrize("where", ["file", "unwritable"])
+def test_demo_out_that_cannot_be_written_is_one_line_before_any_work(where, tmp_path, capsys):
+    # Regression: `--out README.md` and `--out /proc/nope` ended in a mkdir traceback
+    target = tmp_path / "a_file"
+    target.write_text("")
+    out = target if where == "file" else target / "sub"
+    assert main(["demo", "--quick", "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m concepts demo: error: --out"), lines
+    assert captured.out == ""
 
 
 def test_precision_command_prints_the_table(capsys):
