@@ -22,7 +22,12 @@ import numpy as np
 from inference_pipeline.loadtest.cli import run_levels
 from inference_pipeline.loadtest.generator import LevelResult
 
-from inference_pipeline_harness.serving_fixtures import free_port, server_process, wait_ready
+from inference_pipeline_harness.serving_fixtures import (
+    free_port,
+    server_process,
+    stop_gracefully,
+    wait_ready,
+)
 
 REPOSITORY_ENV = "INFERENCE_PIPELINE_REPOSITORY"
 DEFAULT_OUT = Path("report") / "inference-pipeline-serving"
@@ -274,12 +279,7 @@ def ray_comparison(folder: Path, model: str, texts: list[str], ours_url: str, s:
         log("ray: " + ", ".join(f"{n} {r[-1].throughput:.1f}/s" for n, r in rounds.items()))
         return {name: summary(results) for name, results in rounds.items()}
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_gracefully(process, 120)
 
 
 def run_bench(

@@ -266,13 +266,48 @@ def server_process(repository: Path, *extra: str, timeout_s: float = 60.0) -> It
         wait_ready(url, timeout_s, process)
         yield url, process
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_gracefully(process, timeout_s)
+
+
+def stop_gracefully(process: subprocess.Popen, timeout_s: float) -> None:
+    """SIGTERM (the server drains), then SIGKILL if it outlives ``timeout_s``; waits either way."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+class SlowModel:
+    """A served model whose every batch takes ``seconds`` longer (a server of known, small
+    capacity: a stand-in for a big model)."""
+
+    def __init__(self, inner, seconds: float) -> None:
+        self._inner, self._seconds = inner, seconds
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def run_batch(self, instance: int, batch: list) -> list:
+        time.sleep(self._seconds)
+        return self._inner.run_batch(instance, batch)
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models on a shared 2-core machine: one torch thread avoids spin-waiting on a busy
+    core (tests wrap it in an autouse fixture)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def infer_json(url: str, model: str, texts: list[str], timeout_s: float = 10.0, **params) -> tuple:

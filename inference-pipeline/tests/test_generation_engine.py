@@ -14,6 +14,7 @@ from inference_pipeline.generation.model import GPT, TINY_CONFIG, GPTConfig, gre
 from inference_pipeline.generation.paged_cache import OutOfBlocks, PagedKVCache
 from inference_pipeline.generation.requests import GenerationRequest
 from inference_pipeline.generation.runtime import TorchStep
+from inference_pipeline_harness.serving_fixtures import one_torch_thread
 
 PROMPTS = [
     b"Hello world, this is",
@@ -36,12 +37,9 @@ def peaky_tiny_model() -> GPT:
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models on a shared 2-core machine: one thread avoids spin-waiting on a busy core."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def one_thread():
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")

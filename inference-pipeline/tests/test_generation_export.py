@@ -22,14 +22,13 @@ from inference_pipeline.generation.gates import (
 )
 from inference_pipeline.generation.model import GPT, TINY_CONFIG, greedy_no_cache
 from inference_pipeline.generation.runtime import OrtStep, TorchStep, greedy_with_cache
+from inference_pipeline_harness.serving_fixtures import one_torch_thread
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def one_thread():
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")

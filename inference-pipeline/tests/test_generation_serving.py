@@ -149,6 +149,8 @@ def test_burst_beyond_the_generation_queue_is_rejected_at_once_and_loses_no_stre
     assert all(r[-1]["finish_reason"] == "length" for r in answered)
     cache = service.engine.cache
     wait_until(lambda: cache.free_blocks == cache.num_blocks, "every block back")
+    # the queue gauge follows the queue back to empty (not frozen at the last submit's depth)
+    assert "generation_queue_depth 0.0" in get(url, "/metrics")[1].decode()
 
 
 def test_sigterm_finishes_accepted_streams_and_refuses_new_ones(gated_server):

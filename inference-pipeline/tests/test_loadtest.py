@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
 from inference_pipeline.__main__ import main
@@ -13,26 +12,13 @@ from inference_pipeline.loadtest.generator import closed_loop, open_loop, reques
 from inference_pipeline.serving.models import load_repository
 from inference_pipeline_harness.serving_fixtures import (
     TINY_MODEL,
+    SlowModel,
     sample_texts,
     threaded_server,
     tiny_repository,
 )
 
 PATH = f"/v2/models/{TINY_MODEL}/infer"
-
-
-class SlowModel:
-    """Every batch takes ``seconds`` (a server of known, small capacity)."""
-
-    def __init__(self, inner, seconds: float) -> None:
-        self._inner, self._seconds = inner, seconds
-
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
-
-    def run_batch(self, instance: int, batch: list) -> list:
-        time.sleep(self._seconds)
-        return self._inner.run_batch(instance, batch)
 
 
 def host_port(url: str) -> tuple[str, int]:

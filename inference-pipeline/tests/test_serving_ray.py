@@ -22,6 +22,7 @@ from inference_pipeline_harness.serving_fixtures import (
     free_port,
     infer_json,
     sample_texts,
+    stop_gracefully,
     tiny_repository,
     wait_ready,
 )
@@ -126,12 +127,7 @@ def test_ray_serve_answers_v2_and_stops_every_process_it_started(tmp_path):
     finally:
         if process.poll() is None:  # a failed assertion: stop it the graceful way first
             started |= descendants(process.pid)
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_gracefully(process, 60)
         for pid in alive(started):  # only what this test started, by id
             os.kill(pid, signal.SIGKILL)
 

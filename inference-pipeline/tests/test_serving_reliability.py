@@ -17,26 +17,13 @@ import pytest
 from inference_pipeline.serving.models import load_repository
 from inference_pipeline_harness.serving_fixtures import (
     TINY_MODEL,
+    SlowModel,
     infer_json,
     sample_texts,
     server_process,
     threaded_server,
     tiny_repository,
 )
-
-
-class SlowModel:
-    """The tiny model, with every batch taking ``seconds`` longer (a stand-in for a big one)."""
-
-    def __init__(self, inner, seconds: float) -> None:
-        self._inner, self._seconds = inner, seconds
-
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
-
-    def run_batch(self, instance: int, batch: list) -> list:
-        time.sleep(self._seconds)
-        return self._inner.run_batch(instance, batch)
 
 
 def alone(model, text: str) -> np.ndarray:

@@ -20,6 +20,7 @@ import codecs
 import contextlib
 import json
 import queue
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -59,6 +60,10 @@ INTER_TOKEN = Histogram(
 QUEUE_DEPTH = Gauge(
     "generation_queue_depth", "Requests waiting for a batch slot", registry=GENERATION_REGISTRY
 )
+# Read at scrape time from every served engine (a value set at submit would go stale once the
+# queue drains).
+_SERVED_ENGINES: weakref.WeakSet = weakref.WeakSet()
+QUEUE_DEPTH.set_function(lambda: sum(engine.queue_depth() for engine in list(_SERVED_ENGINES)))
 
 
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
@@ -123,6 +128,7 @@ def attach(app: FastAPI, service: GenerationService) -> None:
         services = app.state.generation = {}
         app.include_router(router)
     services[service.model_name] = service
+    _SERVED_ENGINES.add(service.engine)
 
 
 def _service(request: Request, model: str) -> GenerationService:
@@ -192,7 +198,6 @@ async def _submit(request: Request, model: str) -> RequestHandle:
     except ValueError as exc:
         REQUESTS.labels("bad_request").inc()
         raise GenerationError(400, str(exc)) from None
-    QUEUE_DEPTH.set(service.engine.queue_depth())
     return handle
 
 
