@@ -5,7 +5,7 @@
   bench [--quick] [--threads N] [--out FILE.json]
                                 one MLP training step: minigrad vs hand NumPy vs torch eager
   explain [NAME ...]            the guide's small demonstrations (graph, why-topo, recursion,
-                                cycle, create-graph, torch)
+                                cycle, create-graph, torch, transformations)
 
 Every command is a harness command: it imports ``minigrad_harness`` (installed with the lab;
 its extra dependencies are the ``harness`` extra: torch, scikit-learn, matplotlib).

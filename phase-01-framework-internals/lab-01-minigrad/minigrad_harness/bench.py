@@ -189,6 +189,19 @@ def _print_table(rows: list[BenchRow], threads: int) -> None:
         )
 
 
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written (None if it can): opened for appending, so an existing
+    file keeps its content, and removed again if the probe created it."""
+    existed = path.exists()
+    try:
+        path.open("a").close()
+    except OSError as e:
+        return e.strerror or str(e)
+    if not existed:
+        path.unlink()
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minigrad bench", description=__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -200,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--threads must be at least 1, got {args.threads}")
     if args.out is not None and (args.out.is_dir() or not args.out.parent.is_dir()):
         parser.error(f"--out {args.out}: not a file path in an existing folder")
+    if args.out is not None and (reason := _unwritable(args.out)):
+        parser.error(f"--out {args.out}: cannot write there ({reason})")  # before minutes of work
     import torch
     from threadpoolctl import threadpool_limits
 

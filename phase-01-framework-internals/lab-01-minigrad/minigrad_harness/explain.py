@@ -6,6 +6,7 @@ python -m minigrad explain recursion     # recursive DFS fails on a 10,000-op ch
 python -m minigrad explain cycle         # what the engine does with a cycle
 python -m minigrad explain create-graph  # Newton's method, HVP, gradient penalty
 python -m minigrad explain torch         # the same graph as PyTorch records it
+python -m minigrad explain transformations  # minigrad.func: an IR, per-sample grads, StableHLO
 """
 
 from __future__ import annotations

@@ -22,6 +22,12 @@ def test_help_lists_every_command(capsys):
     out = capsys.readouterr().out
     for command in ("demo [--quick] [--out DIR]", "bench", "explain"):
         assert command in out
+    from minigrad_harness.explain import DEMOS
+    from minigrad_harness.explain import __doc__ as explain_doc
+
+    listed = out.split("explain [NAME ...]")[1].split("Every command")[0]
+    for name in DEMOS:  # every demonstration is named in both helps
+        assert name in listed and f"explain {name}" in explain_doc, name
 
 
 @pytest.mark.parametrize("make_out", [lambda tmp: Path("/proc/nope"), lambda tmp: tmp / "a-file"])
@@ -96,6 +102,12 @@ def test_bench_writes_results_only_where_asked(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         minigrad_main(["bench", "--out", str(tmp_path)])  # a folder, not a file
     assert exc.value.code == 2
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:  # an existing folder it cannot write into: said
+        minigrad_main(["bench", "--out", "/proc/r.json"])  # before the benchmark, not after
+    assert exc.value.code == 2 and calls == [(64, 128), (1024, 1024)] * 2
+    err = capsys.readouterr().err
+    assert "/proc/r.json: cannot write there" in err and "Traceback" not in err
 
 
 def test_explain_runs_the_guides_demos_and_refuses_unknown_names(capsys):
