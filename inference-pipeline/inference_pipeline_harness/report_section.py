@@ -121,7 +121,7 @@ def build_section(out_dir: Path, quick: bool) -> Section:
             )
         section.headline = [
             ("best speedup vs torch eager (batch 1, seq 128)",
-             f"{speedup:.2f}x, {name.replace('bbc_minilm_', '')} ({bench.threads} threads)"),
+             f"{speedup:.2f}x, {short(name)} (intra-op threads: {bench.threads})"),
             ("INT8 held-out accuracy drop", int8_headline),
             ("variants passing every gate", f"{promoted}/{len(result.variants)} promoted"),
         ]  # fmt: skip
