@@ -202,15 +202,18 @@ def test_modules_match_torch_and_print_like_torch():
     )
     assert repr(ours) == repr(theirs)
     assert np.all(ours[0].weight.data[0] == 0)  # the padding row starts at zero, as torch
+    ours.double(), theirs.double()  # float64, so the comparison can be tight
     theirs.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in ours.state_dict().items()})
     ours.eval(), theirs.eval()  # dropout off: the identity in both
     ids = np.array([[1, 0, 3], [9, 9, 2]])
     out, ref = ours(ids), theirs(torch.from_numpy(ids))
-    np.testing.assert_allclose(out.data, ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.data, ref.detach().numpy(), rtol=1e-10, atol=1e-12)
     out.sum().backward()
     ref.sum().backward()
     for (name, p), q in zip(ours.named_parameters(), theirs.parameters(), strict=True):
-        np.testing.assert_allclose(p.grad.data, q.grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(
+            p.grad.data, q.grad.numpy(), rtol=1e-10, atol=1e-12, err_msg=name
+        )
     assert np.all(ours[0].weight.grad.data[0] == 0)  # no gradient for padding_idx
 
 
