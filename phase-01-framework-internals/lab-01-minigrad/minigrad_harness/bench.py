@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import minigrad
 import minigrad.nn.functional as F
@@ -146,6 +147,31 @@ class BenchRow:
         }
 
 
+def interleaved_medians(
+    fns: dict[str, Callable[[], Any]],
+    budget_s: float,
+    max_rounds: int,
+    block: int,
+    warmup: int = 1,
+    min_rounds: int = 2,
+) -> dict[str, float]:
+    """Median ms per call of each function, run in alternating blocks until the budget.
+    The warm-up calls absorb allocations, BLAS thread start and torch's dispatch caches."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    start, rounds = time.perf_counter(), 0
+    while rounds < max_rounds and (rounds < min_rounds or time.perf_counter() - start < budget_s):
+        for name, fn in fns.items():
+            for _ in range(block):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+        rounds += 1
+    return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+
+
 def bench_size(
     batch: int, hidden: int, budget_s: float = 5.0, max_rounds: int = 500, block: int = 10
 ) -> BenchRow:
@@ -157,20 +183,7 @@ def bench_size(
         "numpy": numpy_step_fn(batch, hidden),
         "torch": torch_step_fn(batch, hidden),
     }
-    for fn in fns.values():  # warm-up: allocations, BLAS thread start, torch dispatch caches
-        for _ in range(3):
-            fn()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    start = time.perf_counter()
-    rounds = 0
-    while rounds < max_rounds and (rounds < 3 or time.perf_counter() - start < budget_s):
-        for name, fn in fns.items():
-            for _ in range(block):
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
-        rounds += 1
-    med = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+    med = interleaved_medians(fns, budget_s, max_rounds, block, warmup=3, min_rounds=3)
     return BenchRow(batch, hidden, med["minigrad"], med["numpy"], med["torch"])
 
 

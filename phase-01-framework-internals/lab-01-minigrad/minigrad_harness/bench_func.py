@@ -13,7 +13,6 @@ and the figures are medians of single calls from this run only: the machine is s
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,25 +21,13 @@ import minigrad.nn.functional as F
 import numpy as np
 from minigrad import func as mf
 
-from minigrad_harness.bench import LR, _problem, numpy_step_fn, torch_step_fn
-
-
-def interleaved_medians(
-    fns: dict[str, Callable[[], Any]], budget_s: float, max_rounds: int, block: int
-) -> dict[str, float]:
-    """Median ms per call of each function, run in alternating blocks until the budget."""
-    for fn in fns.values():
-        fn()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    start, rounds = time.perf_counter(), 0
-    while rounds < max_rounds and (rounds < 2 or time.perf_counter() - start < budget_s):
-        for name, fn in fns.items():
-            for _ in range(block):
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
-        rounds += 1
-    return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+from minigrad_harness.bench import (
+    LR,
+    _problem,
+    interleaved_medians,
+    numpy_step_fn,
+    torch_step_fn,
+)
 
 
 def _mlp(F, p, x):  # noqa: N803  (either library's functional namespace)
