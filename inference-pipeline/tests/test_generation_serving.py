@@ -201,3 +201,16 @@ def test_waiting_streams_park_no_thread(gated_server):
     for thread in threads:
         thread.join(WAIT_S)
     assert len(results) == clients and all(r[-1]["finish_reason"] == "length" for r in results)
+
+
+def test_serve_refuses_what_it_cannot_serve_in_one_line(capsys) -> None:
+    from inference_pipeline.__main__ import main
+
+    repo = tiny_repository_with_gpt()
+    assert main(["serve", str(repo), "--ray"]) == 2  # before any Ray process starts
+    assert main(["serve", str(repo), "--generation", str(repo / TINY_MODEL)]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in errors if line.startswith("error:")]
+    assert len(errors) == 2
+    assert "served by the v2 server only" in errors[0]
+    assert TINY_MODEL in errors[1] and "not a generation model config" in errors[1]
