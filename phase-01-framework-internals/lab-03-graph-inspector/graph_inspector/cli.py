@@ -15,13 +15,15 @@ well under a second.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from graph_inspector.errors import NotASavedModelError
+from graph_inspector.errors import NotASavedModelError, UnknownSignatureError
 from graph_inspector.quiet import _CapturedLog, native_stderr_captured
 
 EXIT_USAGE = 2  # bad path / not a SavedModel / bad arguments
@@ -158,6 +160,8 @@ def main(argv: list[str] | None = None, harness: dict[str, Handler] | None = Non
         return handler(args)
     except CliError as exc:
         return _fail(str(exc), exc.exit_code)
+    except UnknownSignatureError as exc:  # every command's --signature: bad input
+        return _fail(str(exc), EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001 - the contract: one line, never a traceback
         if os.environ.get("GRAPH_INSPECTOR_DEBUG"):
             raise
@@ -192,7 +196,8 @@ def _check_output_file(option: str, path: str | None) -> None:
 
 
 def _check_output_dir(option: str, path: str | Path) -> None:
-    """A folder that exists or can be created (missing parents are created, files are not)."""
+    """A folder that exists or can be created, and where a file can be written: tried now,
+    before the work (folders created for the try are removed again)."""
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise CliError(f"{option} {p}: exists and is not a folder")
@@ -201,6 +206,17 @@ def _check_output_dir(option: str, path: str | Path) -> None:
             if not parent.is_dir():
                 raise CliError(f"{option} {p}: {parent} is a file, not a folder")
             break
+    created = [q for q in (p, *p.parents) if not q.exists()]
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=p):
+            pass
+    except OSError as exc:
+        raise CliError(f"{option} {p}: cannot write there ({exc.strerror or exc})") from None
+    finally:
+        for folder in created:  # deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def _checked_savedmodel(path: str) -> Path:
@@ -368,9 +384,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
             result = convert_savedmodel(folder, out, signature_key=args.signature)
         except NotASavedModelError as exc:  # a corrupt saved_model.pb: a usage error
             raise CliError(str(exc)) from exc
-        except ConversionError as exc:
-            if "has no signature" in str(exc):
-                raise CliError(str(exc)) from exc
+        except UnknownSignatureError:
+            raise
+        except ConversionError:
             _show_native_log(native_log)
             raise
         except Exception:

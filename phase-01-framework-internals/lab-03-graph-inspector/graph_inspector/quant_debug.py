@@ -130,7 +130,17 @@ def selective_int8(
     """The int8 model with the layers named in ``deny`` (output tensors, as
     :func:`layer_errors` names them) kept in float."""
     folder = check_savedmodel_dir(savedmodel_dir)
-    debugger = _debugger(folder, representative, signature_key, deny)
+    try:
+        debugger = _debugger(folder, representative, signature_key, deny)
+    except ConversionError as exc:
+        # the debugger's words for "no layer left to verify": every quantized layer denied
+        if deny and "debug mode" in str(exc):
+            raise ConversionError(
+                f"int8 quantization of {folder}: the deny list ({', '.join(deny)}) keeps every "
+                "quantized layer in float, so nothing is left in int8; deny fewer layers "
+                "(or convert in float32)"
+            ) from exc
+        raise
     with _quiet_debugger():
         return debugger.get_nondebug_quantized_model()
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from graph_inspector.errors import ConversionError, NotASavedModelError
+from graph_inspector.errors import ConversionError, NotASavedModelError, UnknownSignatureError
 
 SERVING_KEY = "serving_default"
 
@@ -47,7 +47,7 @@ def load_savedmodel(path: str | Path) -> Any:
 def signature_of(loaded: Any, folder: Path | str, signature_key: str = SERVING_KEY) -> Any:
     """One signature of a loaded SavedModel, or an error naming the keys it has."""
     if signature_key not in loaded.signatures:
-        raise ConversionError(
+        raise UnknownSignatureError(
             f"{folder} has no signature {signature_key!r} (it has {sorted(loaded.signatures)})"
         )
     return loaded.signatures[signature_key]

@@ -154,10 +154,64 @@ def test_cli_inspect_xla(small_savedmodel, capsys):
     assert "XLA (jit_compile=True" in out and " dot " in out.replace(",", " ")
 
 
-def test_cli_unknown_signature_is_one_line(small_savedmodel, capsys):
-    assert cli.main(["inspect", str(small_savedmodel), "--signature", "nope"]) == cli.EXIT_USAGE
+@pytest.mark.parametrize("command", ["inspect", "convert", "profile", "quant-debug"])
+def test_cli_unknown_signature_is_one_line(small_savedmodel, tmp_path, command, capsys):
+    # Regression: profile and quant-debug exited 1 (a failed job) for this bad input
+    extra = {"convert": ["--out", str(tmp_path / "o")], "profile": ["--logdir", str(tmp_path)]}
+    argv = [command, str(small_savedmodel), "--signature", "nope", *extra.get(command, [])]
+    assert cli.main(argv) == cli.EXIT_USAGE
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no signature 'nope'" in err[0]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["profile", "{sm}", "--logdir", "/proc/nope/prof"],
+        ["inspect", "{sm}", "--tensorboard", "/proc/nope/tb"],
+        ["convert", "{sm}", "--out", "/proc/nope/out"],
+    ],
+)
+def test_cli_unwritable_output_folder_is_refused_before_the_work(small_savedmodel, argv, capsys):
+    # Regression: profile --logdir /proc/nope ran the profile, then failed with exit 1 and
+    # TensorFlow's "NotFoundError: /proc/nope; No such file or directory"
+    argv = [a.format(sm=small_savedmodel) for a in argv]
+    assert cli.main(argv) == cli.EXIT_USAGE
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "cannot write there" in err[0], err
+    assert captured.out == ""  # nothing ran
+
+
+def test_cli_output_folder_check_leaves_no_folder_behind(small_savedmodel, tmp_path, capsys):
+    # the writability check creates the folder to try it; a failing command must not leave it
+    missing = tmp_path / "a" / "b"
+    argv = ["profile", str(small_savedmodel), "--logdir", str(missing), "--signature", "nope"]
+    assert cli.main(argv) == cli.EXIT_USAGE
+    assert not (tmp_path / "a").exists()
+
+
+def test_quant_debug_that_would_deny_every_layer_says_so(small_savedmodel, capsys):
+    # Regression: on a model this small `--deny` covered every layer and the command failed
+    # with the debugger's "Please check if the quantized model is in debug mode"
+    assert cli.main(["quant-debug", str(small_savedmodel), "--deny", "50", "--samples", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "leaves none in int8: the float32 model is that fix" in out
+    assert "int8: relative error vs TensorFlow" in out
+
+
+def test_selective_int8_denying_every_layer_names_the_problem(small_savedmodel):
+    import numpy as np
+    from graph_inspector.errors import ConversionError
+    from graph_inspector.quant_debug import layer_errors, selective_int8
+    from graph_inspector.tflite import representative_from
+
+    samples = np.random.default_rng(0).standard_normal([8, 8]).astype(np.float32)
+    calibration = representative_from({"x": samples})
+    every_layer = tuple(layer.tensor for layer in layer_errors(small_savedmodel, calibration))
+    with pytest.raises(ConversionError, match="keeps every quantized layer in float"):
+        selective_int8(small_savedmodel, calibration, every_layer)
 
 
 # --- issue 17 -----------------------------------------------------------------------------------
@@ -166,7 +220,7 @@ def test_cli_unknown_signature_is_one_line(small_savedmodel, capsys):
 def test_help_lists_every_command():
     proc = run_cli("--help")
     assert proc.returncode == 0, proc.stderr
-    for command in ("inspect", "convert", "signatures", "demo", "bench"):
+    for command in ("inspect", "convert", "signatures", "profile", "quant-debug", "demo", "bench"):
         assert re.search(rf"^\s+{command}\s", proc.stdout, re.M), proc.stdout
     assert "tensorflow" not in proc.stderr.lower()  # --help does not import TensorFlow
 
