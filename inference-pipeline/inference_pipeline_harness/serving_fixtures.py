@@ -151,6 +151,26 @@ def tiny_repository() -> Path:
 TINY_GPT = "tiny_gpt"
 
 
+class CountingStep:
+    """A fake GPT step for engine/route tests: the next byte is the last byte + 1 (outputs are
+    predictable), and every pass sleeps ``pass_s`` (a floor under token latencies)."""
+
+    def __init__(self, pass_s: float = 0.002, max_positions: int = 256) -> None:
+        from inference_pipeline.generation.model import GPTConfig
+
+        self.pass_s = pass_s
+        self.config = GPTConfig(n_layer=1, n_head=1, d_model=2, max_positions=max_positions)
+
+    def __call__(self, tokens, positions, attention_mask, past):
+        import numpy as np
+
+        time.sleep(self.pass_s)
+        logits = np.zeros((*tokens.shape, 256), dtype=np.float32)
+        np.put_along_axis(logits, ((tokens + 1) % 256)[..., None], 1.0, axis=-1)
+        total = past[0].shape[2] + tokens.shape[1]
+        return logits, [np.zeros((tokens.shape[0], 1, total, 2), np.float32) for _ in past]
+
+
 def build_tiny_generation_folder(repository: Path, max_batch: int = 4, max_queue: int = 4) -> Path:
     """``repository/tiny_gpt``: an untrained 2-layer GPT (TINY_CONFIG) exported with its KV
     cache explicit, in a generation model folder; returns the folder."""

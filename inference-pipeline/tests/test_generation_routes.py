@@ -10,12 +10,10 @@ import time
 from collections.abc import Iterator
 from contextlib import asynccontextmanager
 
-import numpy as np
 import pytest
 import uvicorn
 from fastapi import FastAPI
 from inference_pipeline.generation.engine import ContinuousBatchingEngine
-from inference_pipeline.generation.model import GPTConfig
 from inference_pipeline.generation.routes import (
     GENERATION_REGISTRY,
     REQUESTS,
@@ -23,26 +21,14 @@ from inference_pipeline.generation.routes import (
     GenerationService,
     attach,
 )
+from inference_pipeline_harness.serving_fixtures import CountingStep
 from prometheus_client import generate_latest
-
-
-class SlowCountingStep:
-    """Next byte = last byte + 1 (so outputs are predictable), 2 ms per pass."""
-
-    config = GPTConfig(n_layer=1, n_head=1, d_model=2, max_positions=256)
-
-    def __call__(self, tokens, positions, attention_mask, past):
-        time.sleep(0.002)
-        logits = np.zeros((*tokens.shape, 256), dtype=np.float32)
-        np.put_along_axis(logits, ((tokens + 1) % 256)[..., None], 1.0, axis=-1)
-        total = past[0].shape[2] + tokens.shape[1]
-        return logits, [np.zeros((tokens.shape[0], 1, total, 2), np.float32) for _ in past]
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[int, GenerationService]]:
     service = GenerationService(
-        ContinuousBatchingEngine(SlowCountingStep(), max_batch=4, max_queue=8)
+        ContinuousBatchingEngine(CountingStep(0.002), max_batch=4, max_queue=8)
     )
 
     @asynccontextmanager

@@ -13,11 +13,14 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from inference_pipeline.generation.engine import ContinuousBatchingEngine
+from inference_pipeline.generation.routes import GenerationService
 from inference_pipeline.generation.served import load_generation_service
 from inference_pipeline.serving.models import generation_folders, load_repository
 from inference_pipeline_harness.serving_fixtures import (
     TINY_GPT,
     TINY_MODEL,
+    CountingStep,
     infer_json,
     server_process,
     threaded_server,
@@ -214,3 +217,20 @@ def test_serve_refuses_what_it_cannot_serve_in_one_line(capsys) -> None:
     assert len(errors) == 2
     assert "served by the v2 server only" in errors[0]
     assert TINY_MODEL in errors[1] and "not a generation model config" in errors[1]
+
+
+def test_one_shot_generate_stops_when_its_client_leaves_while_tokens_flow() -> None:
+    """/generate sends nothing until the end, so only a periodic check can see the client go;
+    it must run while tokens keep coming (not only when the engine is idle)."""
+    step = CountingStep(pass_s=0.02)  # a token every 20 ms: the engine is never idle
+    service = GenerationService(ContinuousBatchingEngine(step, max_batch=2), "cnt")
+    with threaded_server([], generation=(service,)) as (url, _):
+        parts = urllib.parse.urlsplit(url)
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=WAIT_S)
+        body = json.dumps({"text_input": "a", "parameters": {"max_tokens": 200}})  # 4 s
+        conn.request("POST", "/v2/models/cnt/generate", body, {"Content-Type": "application/json"})
+        wait_until(lambda: service.engine.stats.generated_tokens >= 5, "tokens flowing")
+        conn.close()  # walk away
+        wait_until(lambda: not service.engine.running, "the request to end")
+    assert service.engine.stats.generated_tokens < 200  # cancelled, not run to max_tokens
+    assert service.engine.cache.free_blocks == service.engine.cache.num_blocks

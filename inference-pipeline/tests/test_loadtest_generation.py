@@ -3,33 +3,17 @@
 from __future__ import annotations
 
 import json
-import time
 
-import numpy as np
 from inference_pipeline.__main__ import main
 from inference_pipeline.generation.engine import ContinuousBatchingEngine
-from inference_pipeline.generation.model import GPTConfig
 from inference_pipeline.generation.routes import GenerationService
-from inference_pipeline_harness.serving_fixtures import threaded_server
+from inference_pipeline_harness.serving_fixtures import CountingStep, threaded_server
 
 PASS_S = 0.02  # every model pass sleeps this long: a floor under TTFT and inter-token gaps
 
 
-class SleepyCountingStep:
-    """Next byte = last byte + 1; each pass takes at least PASS_S."""
-
-    config = GPTConfig(n_layer=1, n_head=1, d_model=2, max_positions=128)
-
-    def __call__(self, tokens, positions, attention_mask, past):
-        time.sleep(PASS_S)
-        logits = np.zeros((*tokens.shape, 256), dtype=np.float32)
-        np.put_along_axis(logits, ((tokens + 1) % 256)[..., None], 1.0, axis=-1)
-        total = past[0].shape[2] + tokens.shape[1]
-        return logits, [np.zeros((tokens.shape[0], 1, total, 2), np.float32) for _ in past]
-
-
 def test_generate_mode_reports_ttft_itl_and_tokens_per_level(tmp_path, capsys) -> None:
-    service = GenerationService(ContinuousBatchingEngine(SleepyCountingStep(), max_batch=4), "cnt")
+    service = GenerationService(ContinuousBatchingEngine(CountingStep(PASS_S), max_batch=4), "cnt")
     with threaded_server([], generation=(service,)) as (url, _):
         outputs = ["--json", str(tmp_path / "gen.json"), "--plot", str(tmp_path / "gen.png")]
         argv = ["loadtest", "--url", url, "--model", "cnt", "--generate", "--concurrency", "1,4",
@@ -53,7 +37,7 @@ def test_generate_mode_reports_ttft_itl_and_tokens_per_level(tmp_path, capsys) -
 
 
 def test_generate_mode_refuses_rate_and_reports_a_missing_model(capsys) -> None:
-    service = GenerationService(ContinuousBatchingEngine(SleepyCountingStep()), "cnt")
+    service = GenerationService(ContinuousBatchingEngine(CountingStep(PASS_S)), "cnt")
     with threaded_server([], generation=(service,)) as (url, _):
         base = ["loadtest", "--url", url, "--generate", "--duration", "0.2", "--warmup", "0"]
         assert main([*base, "--model", "cnt", "--rate", "5"]) == 2
