@@ -327,7 +327,7 @@ class Tensor(InPlaceOps):
         return ops.Var.apply(self, _norm_dim(dim, self.ndim), correction, keepdim)
 
     def std(self, dim: Any = None, *, correction: float = 1, keepdim: bool = False) -> Tensor:
-        return ops.Sqrt.apply(self.var(dim, correction=correction, keepdim=keepdim))
+        return ops.std_from_var(self.var(dim, correction=correction, keepdim=keepdim))
 
     def logsumexp(self, dim: Any, keepdim: bool = False) -> Tensor:
         return ops.LogSumExp.apply(self, _norm_dim(dim, self.ndim), keepdim)

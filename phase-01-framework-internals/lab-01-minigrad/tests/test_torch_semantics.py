@@ -173,3 +173,46 @@ def test_matmul_refuses_mixed_dtypes_like_torch():
     with pytest.raises(RuntimeError, match="same dtype"):
         layer(minigrad.tensor(np.ones((1, 3))))  # a float64 input
     assert layer(minigrad.tensor(a32[:1])).dtype == np.float32
+
+
+@pytest.mark.parametrize("op", ["exp", "log", "tanh", "sigmoid", "sqrt", "rsqrt"])
+def test_float_unary_ops_of_integer_tensors_give_float32_like_torch(op):
+    for dtype in (np.int64, np.int32, np.bool_):
+        a = np.array([1, 2, 0]).astype(dtype)
+        ours = (
+            minigrad.rsqrt(minigrad.tensor(a))
+            if op == "rsqrt"
+            else getattr(minigrad.tensor(a), op)()
+        )
+        theirs = getattr(torch.tensor(a), op)()
+        assert ours.dtype == np.float32 and theirs.dtype == torch.float32, dtype
+        with np.errstate(divide="ignore"):
+            np.testing.assert_allclose(ours.data, theirs.numpy(), rtol=1e-6)
+
+
+def test_zero_variance_std_and_fully_ignored_cross_entropy_have_torchs_zero_gradient():
+    # sqrt's backward at 0 is inf, and inf * 0 is nan; torch's std and nll_loss give 0 there
+    x = np.random.default_rng(4).standard_normal((2, 3))
+    constant_rows = np.array([[2.0, 2.0, 2.0], [0.5, 0.5, 0.5]])
+    cases = [
+        (lambda m, a: a.std(dim=0, correction=0), x[:1]),
+        (lambda m, a: m.std(a, dim=1, keepdim=True) * 3, constant_rows),
+        (lambda m, a: m.nn.functional.cross_entropy(a, m.tensor(np.array([-100, -100]))), x),
+    ]
+    for f, data in cases:
+        outs, grads = [], []
+        for lib in (minigrad, torch):
+            a = lib.tensor(data, requires_grad=True)
+            out = f(lib, a)
+            out.sum().backward()
+            outs.append(np.asarray(out.detach().numpy() if lib is torch else out.data))
+            grads.append(a.grad.numpy() if lib is torch else a.grad.data)
+        np.testing.assert_array_equal(outs[0], outs[1])  # nan where torch has nan
+        assert np.all(np.isfinite(grads[1]))
+        np.testing.assert_allclose(grads[0], grads[1], rtol=1e-12, atol=1e-15)
+    # but valid rows whose class weights sum to 0 give nan gradients in torch, and here
+    for lib in (minigrad, torch):
+        a = lib.tensor(x, requires_grad=True)
+        w = lib.tensor(np.array([1.0, 0.0, 2.0]))
+        lib.nn.functional.cross_entropy(a, lib.tensor(np.array([1, 1])), weight=w).backward()
+        assert np.all(np.isnan(np.asarray(a.grad.data if lib is minigrad else a.grad)))

@@ -203,7 +203,7 @@ def var(x: Tensor, dim: Any = None, correction: float = 1, keepdim: bool = False
 
 
 def std(x: Tensor, dim: Any = None, correction: float = 1, keepdim: bool = False) -> Tensor:
-    return ops.Sqrt.apply(var(x, dim, correction, keepdim))
+    return ops.std_from_var(var(x, dim, correction, keepdim))
 
 
 def logsumexp(x: Tensor, dim: Any, keepdim: bool = False) -> Tensor:

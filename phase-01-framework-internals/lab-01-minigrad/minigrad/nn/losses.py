@@ -138,5 +138,8 @@ def _class_targets(
     total = loss.sum()
     if reduction == "sum":
         return total
-    with np.errstate(invalid="ignore", divide="ignore"):  # no valid row: nan, as torch
-        return total / weight_of_row.sum()
+    # every row ignored: the loss is nan and the gradient 0, as torch (a 0 divisor that is
+    # masked afterwards would send inf * 0 = nan back). Valid rows of total weight 0 do give
+    # nan gradients in torch, and here too.
+    denominator, none = weight_of_row.sum(), valid_f.sum() == 0
+    return ops.Where.apply(none, np.nan, total / ops.Where.apply(none, 1.0, denominator))

@@ -143,9 +143,16 @@ class Pow(Primitive):
         return _in_dtypes(ctx, ga, gb) if ctx.in_dtypes else (ga, gb)
 
 
+def _floating(a: np.ndarray) -> np.ndarray:
+    """An integer or bool input of a float-valued unary op becomes float32, torch's default
+    float dtype (NumPy would compute in float64)."""
+    return a if a.dtype.kind == "f" else a.astype(np.float32)
+
+
 class Exp(Primitive):
     @staticmethod
     def forward(ctx, a):
+        a = _floating(a)
         out = np.exp(a)
         ctx.save_for_backward(out)
         return out
@@ -159,6 +166,7 @@ class Exp(Primitive):
 class Log(Primitive):
     @staticmethod
     def forward(ctx, a):
+        a = _floating(a)
         ctx.save_for_backward(a)
         return np.log(a)
 
@@ -171,6 +179,7 @@ class Log(Primitive):
 class Tanh(Primitive):
     @staticmethod
     def forward(ctx, a):
+        a = _floating(a)
         out = np.tanh(a)
         ctx.save_for_backward(out)
         return out
@@ -184,6 +193,7 @@ class Tanh(Primitive):
 class Sigmoid(Primitive):
     @staticmethod
     def forward(ctx, a):
+        a = _floating(a)
         # Two branches on e = exp(-|a|) <= 1, so nothing overflows: 1 / (1 + e) for a >= 0,
         # e / (1 + e) for a < 0. The latter keeps full relative accuracy in the negative tail,
         # where 1 - (something close to 1) would cancel (as 0.5 * (1 + tanh(a / 2)) does).
@@ -215,6 +225,7 @@ class ReLU(Primitive):
 class Erf(Primitive):
     @staticmethod
     def forward(ctx, a):
+        a = _floating(a)
         ctx.save_for_backward(a)
         return np_erf(a)
 
@@ -238,6 +249,7 @@ class Abs(Primitive):
 class Sqrt(Primitive):
     @staticmethod
     def forward(ctx, a):
+        a = _floating(a)
         out = np.sqrt(a)
         ctx.save_for_backward(out)
         return out
@@ -251,6 +263,7 @@ class Sqrt(Primitive):
 class Rsqrt(Primitive):
     @staticmethod
     def forward(ctx, a):
+        a = _floating(a)
         with np.errstate(divide="ignore"):  # rsqrt(0) = inf, as torch
             out = 1 / np.sqrt(a)
         ctx.save_for_backward(out)

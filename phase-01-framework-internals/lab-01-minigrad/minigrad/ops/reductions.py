@@ -190,6 +190,13 @@ class FirstMax(Primitive):
         return None, None
 
 
+def std_from_var(v: Tensor) -> Tensor:
+    """sqrt(var) with torch.std's gradient: 0, not nan, where the variance is 0 (a constant
+    slice). The sqrt runs on 1 there and its result is masked, so no inf * 0 reaches var."""
+    zero = v == 0  # a boolean array, or a traced Compare under minigrad.func
+    return P["Where"].apply(zero, 0.0, P["Sqrt"].apply(P["Where"].apply(zero, 1.0, v)))
+
+
 def arg_max(x: Tensor, axis: int | None, keepdim: bool, largest: bool = True) -> Tensor:
     """torch.argmax (the first maximum), or argmin. Eagerly NumPy's; on a traced tensor it
     is built from the FirstMax mask (sum of positions where it is set), so vmap/jit see
