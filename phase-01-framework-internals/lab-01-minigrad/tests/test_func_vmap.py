@@ -250,3 +250,20 @@ def test_vmap_of_argmax_and_max_indices_is_per_example(name):
         m = mf.vmap(f, in_axes=axis)(minigrad.tensor(x))
         t = tf.vmap(f, in_dims=axis)(torch.tensor(x))
         assert m.dtype == np.int64 and np.array_equal(m.data, t.numpy()), axis
+
+
+def test_jacrev_has_aux_like_torch_func():
+    a, b = rng.standard_normal(3), rng.standard_normal(3)
+
+    def f(lib):
+        return lambda x, y: ((x.tanh() * y), {"double": x * 2})
+
+    (jm, jm_y), aux_m = mf.jacrev(f(minigrad), argnums=(0, 1), has_aux=True)(
+        minigrad.tensor(a), minigrad.tensor(b)
+    )
+    (jt, jt_y), aux_t = tf.jacrev(f(torch), argnums=(0, 1), has_aux=True)(
+        torch.tensor(a), torch.tensor(b)
+    )
+    close(jm, jt)
+    close(jm_y, jt_y)
+    close(aux_m["double"], aux_t["double"])

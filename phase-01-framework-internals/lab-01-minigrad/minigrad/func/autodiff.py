@@ -197,15 +197,19 @@ def _basis(x: Tensor) -> Tensor:
     return Tensor._wrap(np.eye(x.data.size, dtype=x.dtype).reshape((x.data.size,) + x.shape))
 
 
-def jacrev(func: Callable[..., Any], argnums: Any = 0) -> Callable[..., Any]:
-    """torch.func.jacrev: one vjp per output element, batched by vmap (out.shape + x.shape)."""
+def jacrev(func: Callable[..., Any], argnums: Any = 0, has_aux: bool = False) -> Callable[..., Any]:
+    """torch.func.jacrev: one vjp per output element, batched by vmap (out.shape + x.shape);
+    with ``has_aux``, ``func`` returns (output, aux) and jacrev returns (jacobian, aux)."""
 
     def wrapped(*args: Any) -> Any:
         nums = _argnums(argnums, len(args))
-        out, vjp_fn = vjp(_with_args(func, args, nums), *[args[i] for i in nums])
+        out, vjp_fn, *aux = vjp(
+            _with_args(func, args, nums), *[args[i] for i in nums], has_aux=has_aux
+        )
         rows = vmap(vjp_fn)(_basis(out))  # each: (out.size, *x.shape)
         jacs = tuple(r.reshape(out.shape + args[i].shape) for r, i in zip(rows, nums, strict=True))
-        return jacs[0] if isinstance(argnums, int) else jacs
+        jac = jacs[0] if isinstance(argnums, int) else jacs
+        return (jac, aux[0]) if has_aux else jac
 
     return wrapped
 
