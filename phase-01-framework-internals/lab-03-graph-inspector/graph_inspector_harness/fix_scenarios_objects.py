@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from graph_inspector_harness.fix_scenarios import FixResult, _compare, _scale, _tf, fix_scenario
+from graph_inspector_harness.scenarios import module_with_a_method
 
 
 class Config:
@@ -216,15 +217,7 @@ def variable_create_once() -> FixResult:
 def new_instance_reuse() -> FixResult:
     tf = _tf()
 
-    class Model(tf.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.w = tf.Variable(2.0)
-
-        @tf.function
-        def step(self, x: Any) -> Any:
-            return x + self.w
-
+    Model = module_with_a_method()  # noqa: N806 - a class
     first, second, shared = Model(), Model(), Model()
     return _compare(
         "new instance",
@@ -238,14 +231,7 @@ def new_instance_reuse() -> FixResult:
 def new_instance_function_outside() -> FixResult:
     tf = _tf()
 
-    class Model(tf.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.w = tf.Variable(2.0)
-
-        @tf.function
-        def step(self, x: Any) -> Any:
-            return x + self.w
+    Model = module_with_a_method()  # noqa: N806 - a class
 
     @tf.function
     def step(x: Any, w: Any) -> Any:  # one tf.function; the variables are arguments

@@ -267,7 +267,9 @@ def python_value_under_reduce_retracing() -> ScenarioResult:
     )
 
 
-def method_on_new_instance() -> ScenarioResult:
+def module_with_a_method() -> type:
+    """A new ``tf.Module`` class (a fresh class, so a fresh trace cache) whose ``step`` is a
+    ``tf.function`` method reading one variable."""
     tf = _tf()
 
     class Model(tf.Module):
@@ -276,9 +278,16 @@ def method_on_new_instance() -> ScenarioResult:
             self.w = tf.Variable(2.0)
 
         @tf.function
-        def step(self, x):
+        def step(self, x: Any) -> Any:
             return x + self.w
 
+    return Model
+
+
+def method_on_new_instance() -> ScenarioResult:
+    tf = _tf()
+
+    Model = module_with_a_method()  # noqa: N806 - a class
     first, second = Model(), Model()
     # Model.step is the class's tf.function; first.step and second.step are bound copies.
     with explain_retracing(Model.step) as log:
