@@ -91,6 +91,8 @@ test: setup lint
 
 bench: setup
 	@for pkg in $(BENCH_PKGS); do echo "== python -m $$pkg bench"; $(call quiet_tf,$(PY) -m $$pkg bench) || exit 1; done
+	@echo "== python -m inference_pipeline bench --serving"; $(call quiet_tf,$(PY) -m inference_pipeline bench --serving)
+	@echo "== python -m inference_pipeline_harness.generation_bench"; $(call quiet_tf,$(PY) -m inference_pipeline_harness.generation_bench)
 
 lint: $(DEPS_STAMP)  # ruff, configured once in ruff.toml
 	$(PY) -m ruff check .
