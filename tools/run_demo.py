@@ -122,10 +122,11 @@ def run_section(title: str, module: str, out_dir: Path, quick: bool) -> Section:
         localise_images(section, report_dir, out_dir)
         section.checks.extend(nan_table_checks(section))
         for img in section.images:
-            if not Path(img.path).is_file():
-                section.checks.append(
-                    Check(f"image exists: {Path(img.path).name}", False, "missing")
-                )
+            for path in (img.path, img.link) if img.link else (img.path,):
+                if not Path(path).is_file():
+                    section.checks.append(
+                        Check(f"image exists: {Path(path).name}", False, "missing")
+                    )
         render_html([section], report_dir, title, "")  # it must render: fail here, not later
         render_markdown([section], report_dir, title, "")
     except KeyboardInterrupt:

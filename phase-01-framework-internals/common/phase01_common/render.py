@@ -195,8 +195,9 @@ def _plots_html(sections: list[Section], report_dir: Path) -> list[str]:
     for i, s in enumerate(sections):
         for img in s.images:
             rel = _esc(image_href(img.path, report_dir))
+            target = _esc(image_href(img.link, report_dir)) if img.link else rel
             figures.append(
-                f"<figure><a href='{rel}'><img src='{rel}' alt='{_esc(img.caption)}'></a>"
+                f"<figure><a href='{target}'><img src='{rel}' alt='{_esc(img.caption)}'></a>"
                 f"<figcaption><a href='#s{i}'>{_esc(s.title.split(':')[0])}</a>: "
                 f"{inline_markdown(img.caption)}</figcaption></figure>"
             )
@@ -293,7 +294,10 @@ def _section_md(section: Section, report_dir: Path) -> list[str]:
         lines += _fold_md(_cell(t.title), _table_md(t), fold=len(t.rows) > FOLD_ROWS)
     for img in section.images:
         alt = re.sub(r"([\\\[\]])", r"\\\1", _md(img.caption).replace("\n", " "))
-        lines += [f"![{alt}]({image_href(img.path, report_dir)})", ""]
+        picture = f"![{alt}]({image_href(img.path, report_dir)})"
+        if img.link:
+            picture = f"[{picture}]({image_href(img.link, report_dir)})"
+        lines += [picture, ""]
     for heading, body in section.texts:
         fence = _fence(body)
         lines += _fold_md(_cell(heading), [fence, body, fence], fold=body.count("\n") >= FOLD_LINES)

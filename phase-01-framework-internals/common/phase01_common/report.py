@@ -102,6 +102,9 @@ class Image:
 
     path: Path
     caption: str
+    # Where a click on the picture goes (for example the full graph behind an overview);
+    # the picture itself when None. A file inside the section's ``out_dir``.
+    link: Path | None = None
 
 
 @dataclass

@@ -135,3 +135,17 @@ def test_image_url_is_percent_encoded(tmp_path: Path):
     image = next(t for t in tokens if t.type == "image")
     assert image.attrs["src"] == "lab/loss%20curve%20%231%20%28log%29.png"
     assert "".join(t.content for t in image.children) == "loss [log]"  # the alt text
+
+
+def test_a_picture_with_a_link_opens_the_linked_file(tmp_path: Path):
+    """An overview drawing links to the full drawing behind it (Lab 03's FuncGraph)."""
+    report_dir = tmp_path / "report"
+    (report_dir / "lab").mkdir(parents=True)
+    overview, full = report_dir / "lab" / "overview.svg", report_dir / "lab" / "full.svg"
+    section = Section("s", images=[Image(overview, "graph", link=full), Image(full, "plain")])
+    page = render_html([section], report_dir, "t", "m")
+    assert "<a href='lab/full.svg'><img src='lab/overview.svg'" in page
+    assert "<a href='lab/full.svg'><img src='lab/full.svg'" in page  # no link: the picture
+    assert "[![graph](lab/overview.svg)](lab/full.svg)" in render_markdown(
+        [section], report_dir, "t", "m"
+    )
