@@ -163,3 +163,16 @@ def test_jitted_argmax_is_computed_not_a_constant_of_the_first_call():
         want = (example.argmax(1), example.argmin(0), example.max(-1))
         for g, w in zip(got, want, strict=True):
             assert np.array_equal(g.data, w)
+
+
+def test_jitted_cross_entropy_honours_ignore_index_in_later_calls():
+    # the fused path was chosen from the first call's labels (no -100 among them), so a later
+    # call whose labels ignore rows reused a program that did not ignore them
+    import torch
+
+    loss = mf.jit(lambda a, t: mF.cross_entropy(a, t))
+    x = np.random.default_rng(5).standard_normal((4, 3))
+    for labels in ([0, 1, 2, 1], [0, -100, 2, -100]):
+        got = loss(minigrad.tensor(x), minigrad.tensor(np.array(labels)))
+        want = torch.nn.functional.cross_entropy(torch.tensor(x), torch.tensor(labels))
+        _close(got.data, want.numpy(), 1e-12, str(labels))

@@ -267,3 +267,16 @@ def test_jacrev_has_aux_like_torch_func():
     close(jm, jt)
     close(jm_y, jt_y)
     close(aux_m["double"], aux_t["double"])
+
+
+def test_vmap_cross_entropy_with_ignored_labels_in_some_examples():
+    # the path was chosen from the traced (first) example's labels
+    x = rng.standard_normal((4, 3))
+    labels = np.array([[0, 1, 2, 1], [0, -100, 2, -100]])
+
+    def f(lib):
+        return lambda a, t: lib.nn.functional.cross_entropy(a, t)
+
+    m = mf.vmap(f(minigrad), in_axes=(None, 0))(minigrad.tensor(x), minigrad.tensor(labels))
+    t = tf.vmap(f(torch), in_dims=(None, 0))(torch.tensor(x), torch.tensor(labels))
+    close(m, t)

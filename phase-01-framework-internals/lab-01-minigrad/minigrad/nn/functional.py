@@ -99,7 +99,8 @@ def cross_entropy(
     everything else is composed of recorded ops (see minigrad.nn.losses)."""
     t = target.data if isinstance(target, Tensor) else np.asarray(target)
     if (
-        weight is None
+        not isinstance(target, Tracer)  # its values (is an id ignored?) are known per call only
+        and weight is None
         and not label_smoothing
         and reduction != "none"
         and t.dtype.kind in "iu"
@@ -107,8 +108,7 @@ def cross_entropy(
         and (t.size == 0 or t.min() >= 0)  # so no id is negative (ignore_index -100 absent)
         and (ignore_index < 0 or not (t == ignore_index).any())
     ):
-        # a traced target (vmap over labels) stays traced; a plain one goes in as its array
-        return ops.CrossEntropy.apply(input, target if isinstance(target, Tracer) else t, reduction)
+        return ops.CrossEntropy.apply(input, t, reduction)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(
             f"cross_entropy: reduction must be 'mean', 'sum' or 'none', not {reduction!r}"
