@@ -152,14 +152,18 @@ def _parse(body: Any) -> GenerationRequest:
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
         raise ValueError("'stop' must be a string or a list of strings")
+    for name in ("max_tokens", "top_k", "seed"):  # int() would quietly turn 1.7 into 1
+        value = params.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"'{name}' must be an integer, got {value!r}")
     try:
         sampling = SamplingParams(
             float(params.get("temperature", 0.0)),
-            int(params.get("top_k", 0)),
+            params.get("top_k", 0),
             float(params.get("top_p", 1.0)),
-            None if params.get("seed") is None else int(params["seed"]),
+            params.get("seed"),
         )
-        max_tokens = int(params.get("max_tokens", 64))
+        max_tokens = params.get("max_tokens", 64)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"bad parameter: {exc}") from exc
     return GenerationRequest(
