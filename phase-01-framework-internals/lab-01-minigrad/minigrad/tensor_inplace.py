@@ -51,7 +51,15 @@ class InPlaceOps:
 
     # ----------------------------------------------------------------- in-place ops
     def _check_inplace(self, other: Any = None) -> None:
-        """For the ops minigrad never records (zero_, fill_, copy_): only outside the graph."""
+        """For the ops minigrad never records (zero_, fill_, copy_): only outside the graph,
+        and never on a traced tensor (the write would change one representative array)."""
+        if getattr(type(self), "_traced", False) or getattr(type(other), "_traced", False):
+            from minigrad.tracing import TracingError
+
+            raise TracingError(
+                "zero_/fill_/copy_ inside a transformation (vmap, grad, jit) are not recorded; "
+                "use an out-of-place op (zeros_like, where, ...)"
+            )
         if _grad_mode.enabled and (self._rg or (isinstance(other, InPlaceOps) and other._rg)):
             raise RuntimeError(
                 "minigrad does not record this in-place operation: a tensor that requires grad "
@@ -74,6 +82,8 @@ class InPlaceOps:
         on a view is refused (torch would rewrite its base's history).
         """
         primitive = PRIMITIVES[op]
+        if getattr(type(self), "_traced", False) or getattr(type(other), "_traced", False):
+            return self._inplace_traced(primitive, other if alpha == 1.0 else other * alpha)
         o = other.data if isinstance(other, InPlaceOps) else other
         if alpha != 1.0:
             o = alpha * o
@@ -118,6 +128,37 @@ class InPlaceOps:
             )
         self.data, self.grad_fn, self._rg = result.data, result.grad_fn, True
         self._vc = [self._vc[0] + 1]
+        return self
+
+    def _inplace_traced(self, primitive: type, other: Any) -> Tensor:
+        """Inside a transformation (vmap, grad, jit): the op is recorded and the tracer takes
+        the result's place, so the update is part of the traced program (NumPy on the
+        representative array would change one example and record nothing)."""
+        from minigrad.tracing import TracingError
+
+        if not getattr(type(self), "_traced", False) or getattr(self, "_view", False):
+            what = (
+                "a view (indexing, reshape, ...)"
+                if getattr(self, "_view", False)
+                else ("a tensor that is not traced, with a traced operand")
+            )
+            raise TracingError(
+                f"in-place operation on {what} inside a transformation is not supported; "
+                "use an out-of-place op"
+            )
+        result = primitive.apply(self, other)
+        if result.shape != self.shape:
+            raise RuntimeError(
+                f"output with shape {self.shape} doesn't match the broadcast shape {result.shape}"
+            )
+        if result.dtype != self.dtype:
+            if not np.can_cast(result.dtype, self.dtype, "same_kind"):
+                raise RuntimeError(
+                    f"result type {result.dtype} can't be cast to the desired output type "
+                    f"{self.dtype}"
+                )
+            result = PRIMITIVES["Cast"].apply(result, self.dtype)
+        self.data, self._trace, self._var = result.data, result._trace, result._var
         return self
 
     def __iadd__(self, other: Any) -> Tensor:

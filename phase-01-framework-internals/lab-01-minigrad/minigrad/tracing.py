@@ -125,7 +125,10 @@ class Trace:
         data = out.data if isinstance(out, Tensor) else np.asarray(out)
         var = Var(data.shape, data.dtype)
         self.eqns.append(Eqn(prim, ins, var))
-        return Tracer._make(self, var, data)
+        out = Tracer._make(self, var, data)
+        if getattr(prim, "may_view", False):  # so an in-place op on it is refused (see
+            out._view = True  # tensor_inplace): the base it may alias would not see it
+        return out
 
     def to_ir(self, invars: list[Var], outputs: list) -> IR:
         outs = []
@@ -145,6 +148,7 @@ class Tracer(Tensor):
     """A Tensor standing for a traced value; ``data`` is its representative array."""
 
     __slots__ = ("_trace", "_var")
+    _traced = True  # lets tensor_inplace (which cannot import this module) recognise a Tracer
 
     @classmethod
     def _make(cls, trace: Trace, var: Var, rep: np.ndarray) -> Tracer:

@@ -176,3 +176,13 @@ def test_jitted_cross_entropy_honours_ignore_index_in_later_calls():
         got = loss(minigrad.tensor(x), minigrad.tensor(np.array(labels)))
         want = torch.nn.functional.cross_entropy(torch.tensor(x), torch.tensor(labels))
         _close(got.data, want.numpy(), 1e-12, str(labels))
+
+
+def test_jit_records_in_place_updates():
+    def f(a):
+        b = a * 2
+        b += 1
+        return b
+
+    x = np.arange(6.0).reshape(2, 3)
+    _close(mf.jit(f)(minigrad.tensor(x)).data, 2 * x + 1, 1e-12, "in-place add")

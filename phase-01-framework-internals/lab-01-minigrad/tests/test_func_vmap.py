@@ -280,3 +280,23 @@ def test_vmap_cross_entropy_with_ignored_labels_in_some_examples():
     m = mf.vmap(f(minigrad), in_axes=(None, 0))(minigrad.tensor(x), minigrad.tensor(labels))
     t = tf.vmap(f(torch), in_dims=(None, 0))(torch.tensor(x), torch.tensor(labels))
     close(m, t)
+
+
+def test_in_place_ops_inside_transformations_are_recorded_like_torch_func():
+    # they used to run NumPy on the traced example's array and record nothing: vmap/grad/jit
+    # silently dropped the update
+    x = rng.standard_normal((2, 3))
+
+    def f(a):
+        b = a * 2
+        b += 1
+        b.mul_(a)
+        b /= 3
+        return b
+
+    close(mf.vmap(f)(minigrad.tensor(x)), tf.vmap(f)(torch.tensor(x)))
+    g = mf.grad(lambda a: f(a).sum())(minigrad.tensor(x))
+    close(g, tf.grad(lambda a: f(a).sum())(torch.tensor(x)))
+    for refused in (lambda a: a[0].add_(1), lambda a: (a * 1).zero_()):
+        with pytest.raises(minigrad.tracing.TracingError, match="inside a transformation"):
+            mf.vmap(refused)(minigrad.tensor(x))
