@@ -121,6 +121,8 @@ class Tensor(InPlaceOps):
         engine.backward([self], [gradient], retain_graph, create_graph)
 
     def detach(self) -> Tensor:
+        if getattr(type(self), "_traced", False):  # keep it traced (per example, per call)
+            return ops.StopGradient.apply(self)
         t = Tensor._wrap(self.data)
         t._vc = self._vc  # same memory, same version counter
         return t

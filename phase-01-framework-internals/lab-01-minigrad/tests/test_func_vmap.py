@@ -300,3 +300,21 @@ def test_in_place_ops_inside_transformations_are_recorded_like_torch_func():
     for refused in (lambda a: a[0].add_(1), lambda a: (a * 1).zero_()):
         with pytest.raises(minigrad.tracing.TracingError, match="inside a transformation"):
             mf.vmap(refused)(minigrad.tensor(x))
+
+
+def test_detach_inside_vmap_and_jit_is_per_example_and_per_call():
+    # detach returned a plain tensor of the traced example's values: a constant
+    x = rng.standard_normal((2, 3))
+
+    def f(a):
+        return a.detach() * a.tanh()
+
+    close(mf.vmap(f)(minigrad.tensor(x)), tf.vmap(f)(torch.tensor(x)))
+    close(
+        mf.vmap(mf.grad(lambda a: f(a).sum()))(minigrad.tensor(x)),
+        tf.vmap(tf.grad(lambda a: f(a).sum()))(torch.tensor(x)),
+    )
+    close(
+        mf.jvp(f, (minigrad.tensor(x),), (minigrad.tensor(x),))[1],
+        tf.jvp(f, (torch.tensor(x),), (torch.tensor(x),))[1],
+    )

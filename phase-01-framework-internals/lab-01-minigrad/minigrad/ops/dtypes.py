@@ -86,6 +86,21 @@ class Cast(Primitive):
         return cast(g, ctx.in_dtype), None
 
 
+class StopGradient(Primitive):
+    """``x.detach()`` of a traced tensor: the value, with no derivative (eagerly, detach shares
+    the array and needs no op; under vmap/jit it must stay traced, not become a constant)."""
+
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx, a):
+        return a
+
+    @staticmethod
+    def backward(ctx, g):
+        return None
+
+
 # ----------------------------------------------------------------------------- rules
 def _register_cast_rules() -> None:
     from minigrad.ops.rulekit import linear_jvp, rules_for, vmap_elementwise
@@ -95,6 +110,11 @@ def _register_cast_rules() -> None:
         vmap=vmap_elementwise(Cast, (0,)),
         jvp=linear_jvp(Cast, (0,)),
         transpose=lambda ct, args, linear, avals: (Cast.apply(ct, avals[0][1]), None),
+    )
+    rules_for(
+        StopGradient,
+        vmap=lambda size, args, batched: StopGradient.apply(args[0]),
+        jvp=lambda args, tans: (StopGradient.apply(args[0]), None),
     )
 
 

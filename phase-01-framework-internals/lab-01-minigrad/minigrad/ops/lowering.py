@@ -481,6 +481,7 @@ rules_for(P["Where"], lower=_where)
 rules_for(P["ReLU"], lower=_relu)
 rules_for(P["Erf"], lower=_erf)
 rules_for(P["Cast"], lower=_cast)
+rules_for(P["StopGradient"], lower=lambda em, eqn, ins: ins[0])  # the value itself
 rules_for(P["MatMul"], lower=_matmul)
 rules_for(P["Sum"], lower=_reduction("add"))
 rules_for(P["Max"], lower=_reduction("maximum"))
