@@ -238,12 +238,12 @@ CAUSES: dict[str, CauseKind] = {
             "none needed: saving traces each function once more under its save context (variables are captured for export); it does not happen at serving time",
         ),
     ),
-    # TF keys traces by these too, but TF 2.21 reused the trace in every case we scripted
-    # (a call from inside another tf.function, a tf.device scope): hints, not proven fixes.
+    # A call from a legacy tf.Graph (Session code) gets its own trace: proven by a fix scenario.
+    # A device scope is a hint only: TF 2.21 reused the trace in every case we scripted on CPU.
     "called from": _k(
         "call context",
         "each calling graph can get its own trace",
-        _info(
+        (
             "call_from_one_place",
             "each calling graph can get its own trace; call it from one place (or only eagerly) if this repeats",
         ),

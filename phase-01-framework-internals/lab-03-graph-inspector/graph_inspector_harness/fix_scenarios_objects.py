@@ -244,3 +244,25 @@ def new_instance_function_outside() -> FixResult:
         (Model.step, [lambda: first.step(tf.ones([3])), lambda: second.step(tf.ones([3]))]),
         (step, [lambda: step(tf.ones([3]), first.w), lambda: step(tf.ones([3]), second.w)]),
     )
+
+
+@fix_scenario("called from", "call_from_one_place")
+def called_from_a_tf1_graph() -> FixResult:
+    tf = _tf()
+
+    def add_one(x: Any) -> Any:
+        return x + 1
+
+    def in_tf1_graph(fn: Any) -> Any:  # a legacy graph (Session.run) calling the tf.function
+        with tf.Graph().as_default():
+            out = fn(tf.ones([2]))
+            with tf.compat.v1.Session() as session:
+                return session.run(out)
+
+    written, fixed = tf.function(add_one), tf.function(add_one)
+    return _compare(
+        "called from",
+        "call_from_one_place",
+        (written, [lambda: written(tf.ones([2])), lambda: in_tf1_graph(written)]),
+        (fixed, [lambda: fixed(tf.ones([2])), lambda: fixed(tf.ones([2]))]),  # only eagerly
+    )
