@@ -99,7 +99,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument(
         "repository",
         nargs="?",
-        help="DIR/model_repository (default: build one under ~/.cache/inference_pipeline/bench)",
+        help="DIR/model_repository (default: the cached full build)",
     )
     bench.add_argument("--threads", type=int, default=2)
     bench.add_argument("--iterations", type=int, default=100, help="timed runs per variant")
@@ -110,5 +110,5 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
     demo = subparsers.add_parser("demo", help="build, gate and bench, printed to the console")
     demo.add_argument("--quick", action="store_true")
-    demo.add_argument("--out", help="keep the build here (default: a temporary folder)")
+    demo.add_argument("--out", help="build here (default: cached full build; --quick: temp folder)")
     demo.set_defaults(run=run_demo)

@@ -22,6 +22,7 @@ from inference_pipeline.gates import (
     GATES,
     Evaluation,
     GateReport,
+    GateResult,
     GateSet,
     apply_gates,
     build_gate_set,
@@ -32,6 +33,11 @@ from inference_pipeline.runtime import make_session, measure_latency, session_ru
 from inference_pipeline.tokenization import TextTokenizer
 
 MODEL_PREFIX = "bbc_minilm"
+# The modules whose code decides what `build` writes (hashed into the build cache key).
+BUILD_MODULES = (
+    "export", "gates", "model", "optimize", "pipeline", "quantize", "repository", "runtime",
+    "tokenization",
+)  # fmt: skip
 Progress = Callable[[str], None]
 
 
@@ -240,6 +246,8 @@ def build(
                 "train_settings_key": settings.train.key(),
                 "dev_accuracy_after_training": trained.dev_accuracy.get("after"),
                 "threads": settings.threads,
+                "exported_program_max_abs_diff": ep_diff,
+                "build_seconds": seconds,
             },
         )
     return BuildResult(
@@ -306,6 +314,78 @@ def write_repository(
         "variants": entries,
     }
     repository.write_manifest(repo, manifest)
+
+
+def build_key(settings: BuildSettings) -> str:
+    """Hash of everything that determines a build's output: the settings, the source of the
+    offline modules and the exporter/runtime versions (the build is deterministic given these)."""
+    import hashlib
+    import json
+
+    import onnx
+    import onnxruntime
+
+    digest = hashlib.sha256(json.dumps(dataclasses.asdict(settings), sort_keys=True).encode())
+    package = Path(__file__).parent
+    for name in BUILD_MODULES:
+        digest.update(name.encode() + (package / f"{name}.py").read_bytes())
+    for version in (torch.__version__, onnx.__version__, onnxruntime.__version__):
+        digest.update(version.encode())
+    return digest.hexdigest()[:16]
+
+
+def result_from_repository(repo: Path) -> BuildResult:
+    """The BuildResult of an existing repository, read back from its manifest."""
+    manifest = repository.read_manifest(repo)
+    variants = []
+    for entry in manifest["variants"]:
+        gates = None
+        if entry.get("gates"):
+            results = [GateResult(**g) for g in entry["gates"]]
+            gates = GateReport(entry["name"], entry["precision"], results, entry["accuracy"])
+        folder = repo / entry["name"]
+        variant = Variant(
+            entry["name"], entry["route"], entry["precision"], entry["recipe"], folder, gates
+        )
+        variant.latency_ms = entry.get("latency_ms_batch1_seq128", {})
+        variants.append(variant)
+    fusions = [
+        optimize.FusionReport(f["route"], f["tool"], f["counts"]) for f in manifest["fusions"]
+    ]
+    return BuildResult(
+        repo,
+        variants,
+        fusions,
+        manifest["reference_accuracy"],
+        manifest.get("exported_program_max_abs_diff", float("nan")),
+        manifest.get("build_seconds", {}),
+    )
+
+
+def build_cached(
+    settings: BuildSettings = BuildSettings(),
+    cache_dir: Path | None = None,
+    progress: Progress = print,
+) -> BuildResult:
+    """``build`` once per :func:`build_key` under ``<cache>/builds/<key>/`` (only the
+    repository is kept, not the intermediate variants); later calls read it back."""
+    import shutil
+
+    from inference_pipeline.model import default_cache_dir
+
+    key = build_key(settings)
+    folder = (cache_dir or default_cache_dir()) / "builds" / key
+    repo = folder / "model_repository"
+    if (repo / repository.MANIFEST).is_file():
+        progress(f"[build] reusing the cached build {folder} (settings + code key {key})")
+        return result_from_repository(repo)
+    partial = folder.with_name(f"{key}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    build(partial, settings, progress)
+    shutil.rmtree(partial / "work", ignore_errors=True)  # hundreds of MB, not needed again
+    shutil.rmtree(folder, ignore_errors=True)
+    partial.rename(folder)
+    return result_from_repository(repo)
 
 
 def gate_repository(repo: Path, threads: int = 2, progress: Progress = print) -> list[GateReport]:

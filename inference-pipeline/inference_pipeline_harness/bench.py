@@ -7,8 +7,8 @@ so load from other processes on a shared machine hits all of them alike; the bas
 median over the first and the second half of the rounds shows how much the load drifted.
 Every figure states its thread count.
 
-Without a repository argument the full build is made (once) under
-``~/.cache/inference_pipeline/bench/``, so ``make bench`` works on a fresh clone.
+Without a repository argument the full build is made (once per settings + code key) under
+``~/.cache/inference_pipeline/builds/``, so ``make bench`` works on a fresh clone.
 """
 
 from __future__ import annotations
@@ -257,16 +257,10 @@ def plot(result: BenchResult, path: Path) -> Path:
 
 
 def default_repository(progress=print) -> Path:
-    """The full build under the cache folder, made on first use."""
-    from inference_pipeline.model import default_cache_dir
-    from inference_pipeline.pipeline import build
+    """The full build, cached under its settings + code key (shared with `make demo`)."""
+    from inference_pipeline.pipeline import build_cached
 
-    out = default_cache_dir() / "bench"
-    repo = out / "model_repository"
-    if not (repo / "manifest.json").is_file():
-        progress(f"no repository given: building one in {out} (once)")
-        build(out, progress=progress)
-    return repo
+    return build_cached(progress=progress).repository
 
 
 def main(args: argparse.Namespace | None = None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -106,3 +107,42 @@ def test_changed_file_fails_the_hash_check(copy):
         repository.verify_hashes(
             copy, manifest["variants"][0]["files"] | manifest["variants"][1]["files"]
         )
+
+
+def test_manifest_reads_back_as_the_build_result(repo):
+    from inference_pipeline.pipeline import result_from_repository
+
+    manifest = repository.read_manifest(repo)
+    result = result_from_repository(repo)
+    assert [v.name for v in result.variants] == [e["name"] for e in manifest["variants"]]
+    for variant, entry in zip(result.variants, manifest["variants"], strict=True):
+        assert variant.promoted == entry["promoted"]
+        assert [dataclasses.asdict(r) for r in variant.gates.results] == entry["gates"]
+    assert result.reference_accuracy == manifest["reference_accuracy"]
+
+
+def test_build_key_follows_the_settings(monkeypatch):
+    from inference_pipeline import pipeline
+
+    assert pipeline.build_key(pipeline.BuildSettings()) == pipeline.build_key(
+        pipeline.BuildSettings()
+    )
+    changed = dataclasses.replace(pipeline.BuildSettings(), calibration_texts=33)
+    assert pipeline.build_key(changed) != pipeline.build_key(pipeline.BuildSettings())
+
+
+def test_cached_build_is_reused_without_building(repo, tmp_path, monkeypatch):
+    from inference_pipeline import pipeline
+
+    settings = pipeline.QUICK_BUILD
+    cached = tmp_path / "builds" / pipeline.build_key(settings) / "model_repository"
+    shutil.copytree(repo, cached)
+
+    def no_build(*_args, **_kwargs):
+        raise AssertionError("build ran although its cached repository exists")
+
+    monkeypatch.setattr(pipeline, "build", no_build)
+    result = pipeline.build_cached(settings, tmp_path, progress=lambda _: None)
+    assert result.repository == cached
+    with pytest.raises(AssertionError, match="build ran"):  # another key is not reused
+        pipeline.build_cached(pipeline.BuildSettings(), tmp_path, progress=lambda _: None)
