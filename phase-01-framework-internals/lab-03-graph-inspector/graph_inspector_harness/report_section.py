@@ -164,8 +164,9 @@ def _graph_part(section: Section, out_dir: Path, quick: bool) -> str:
             overview,
             f"FuncGraph of BERT-tiny classify() at [1, {seq_len}] ({report.node_count} nodes), "
             "one box per name scope (layer, attention block) with its node count, FLOPs and "
-            f"main ops; colour = op family. Every node: {full.name} (beside this report), "
-            "also bert_tiny_funcgraph.dot and .json",
+            f"main ops; colour = op family. Click it for every node ({full.name}); "
+            "also bert_tiny_funcgraph.dot and .json beside this report",
+            link=full,
         )
     )
     section.images.append(Image(histogram, "Nodes per op type in the same FuncGraph"))
