@@ -20,12 +20,7 @@ Traps guarded here (each has a test):
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
-import warnings
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +29,7 @@ import onnx
 import torch
 from torch import nn
 
+from inference_pipeline.quiet import quiet
 from inference_pipeline.tokenization import TextTokenizer
 
 ROUTES = ("dynamo", "torchscript")
@@ -71,21 +67,6 @@ def example_inputs(
     return torch.from_numpy(encoded["input_ids"]), torch.from_numpy(encoded["attention_mask"])
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """The exporters print progress and warn about tracing; the build prints its own."""
-    # The dynamo exporter logs one line per torchvision op it cannot register.
-    logger = logging.getLogger("torch.onnx._internal.exporter._registration")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
-
-
 def duplicate_definitions(model: onnx.ModelProto) -> list[str]:
     """Names defined more than once (graph inputs, initializers, node outputs): ONNX requires
     each value name to be defined once, and ONNX Runtime refuses a model that breaks it."""
@@ -117,7 +98,7 @@ def export_dynamo(classifier: nn.Module, example: tuple[torch.Tensor, ...], path
     batch = torch.export.Dim("batch", min=1, max=1024)
     sequence = torch.export.Dim("sequence", min=2, max=512)
     shapes = {name: {0: batch, 1: sequence} for name in INPUT_NAMES}
-    with _quiet():
+    with quiet("torch.onnx._internal.exporter._registration"):
         program = torch.onnx.export(
             classifier,
             example,
@@ -135,7 +116,7 @@ def export_torchscript(
 ) -> None:
     axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
     axes |= {name: {0: "batch"} for name in OUTPUT_NAMES}
-    with _quiet():
+    with quiet("torch.onnx._internal.exporter._registration"):
         torch.onnx.export(
             classifier,
             example,
@@ -173,7 +154,7 @@ def export_program(
     batch = torch.export.Dim("batch", min=1, max=1024)
     sequence = torch.export.Dim("sequence", min=2, max=512)
     shapes = {name: {0: batch, 1: sequence} for name in INPUT_NAMES}
-    with _quiet():
+    with quiet("torch.onnx._internal.exporter._registration"):
         return torch.export.export(classifier.eval(), example, dynamic_shapes=shapes)
 
 

@@ -15,11 +15,7 @@ Fusion is not assumed to be a win: the bench times fused and unfused graphs side
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
 import tempfile
-import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +24,7 @@ import onnx
 
 from inference_pipeline.export import check_io_contract
 from inference_pipeline.model import EMBEDDING_SIZE, NUM_HEADS
+from inference_pipeline.quiet import quiet
 from inference_pipeline.runtime import make_session
 
 ORT_TRANSFORMER_OPTIMIZER = "onnxruntime.transformers.optimizer"
@@ -47,24 +44,11 @@ class FusionReport:
         return self.counts.get(name, 0)
 
 
-@contextlib.contextmanager
-def _quiet() -> None:
-    logger = logging.getLogger("onnxruntime.transformers")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
-
-
 def fuse_with_ort_optimizer(src: Path, dst: Path | None, route: str) -> FusionReport:
     """ONNX Runtime's BERT fusions (opt_level 0: fusions only, ORT's passes run at load)."""
     from onnxruntime.transformers.optimizer import optimize_model
 
-    with _quiet():
+    with quiet("onnxruntime.transformers"):
         optimized = optimize_model(
             str(src),
             model_type="bert",
@@ -83,7 +67,7 @@ def fuse_with_onnxscript(src: Path, dst: Path | None, route: str) -> FusionRepor
     import onnx_ir as ir
     from onnxscript.rewriter.ort_fusions import optimize_for_ort
 
-    with _quiet():
+    with quiet("onnxruntime.transformers"):
         model = ir.load(str(src))
         model, stats = optimize_for_ort(model)
         counts = {k: int(v) for k, v in stats.items() if v}

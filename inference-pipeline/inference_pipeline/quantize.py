@@ -12,11 +12,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +27,7 @@ from onnxruntime.quantization import (
 )
 
 from inference_pipeline.export import check_io_contract
+from inference_pipeline.quiet import quiet
 from inference_pipeline.tokenization import TextTokenizer
 
 # Quantizing only the MatMuls (the weights and nearly all the FLOPs) keeps LayerNorm, Softmax
@@ -39,21 +36,8 @@ QUANTIZED_OPS = ("MatMul",)
 _QUANT_OPTIONS = {"DefaultTensorType": onnx.TensorProto.FLOAT}  # fused ops lack type info
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # the quantizer logs a hint per model through the root logger
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        root.setLevel(level)
-
-
 def quantize_int8_dynamic(src: Path, dst: Path, per_channel: bool = True) -> Path:
-    with _quiet():
+    with quiet(None):
         quantize_dynamic(
             str(src),
             str(dst),
@@ -115,7 +99,7 @@ def quantize_int8_static(
         raise ValueError("static quantization needs at least one calibration text")
     excluded = ffn_output_matmuls(src) if keep_ffn_output_fp32 else []
     reader = TextCalibrationReader(tokenizer, calibration_texts, batch_size)
-    with _quiet():
+    with quiet(None):
         quantize_static(
             str(src),
             str(dst),
@@ -137,7 +121,7 @@ def convert_fp16(src: Path, dst: Path) -> Path:
     """FP16 weights and compute, FP32 inputs/outputs (so callers and gates see no change)."""
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    with _quiet():
+    with quiet(None):
         model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
     onnx.save(model, str(dst))
     check_io_contract(model, str(dst))

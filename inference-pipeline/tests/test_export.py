@@ -9,6 +9,7 @@ import pytest
 import torch
 from inference_pipeline import export
 from inference_pipeline.model import torch_outputs
+from inference_pipeline.quiet import quiet
 from inference_pipeline_harness.scenarios import gate_onnx, quick_artifacts
 from torch import nn
 
@@ -102,7 +103,7 @@ def test_dynamo_output_names_collide_unless_renamed(tmp_path):
     model = TinyClassifier().eval()
     example = (torch.randint(0, 50, (2, 6)), torch.tensor([[1] * 6, [1] * 3 + [0] * 3]))
     naive = tmp_path / "naive.onnx"
-    with export._quiet():
+    with quiet("torch.onnx._internal.exporter._registration"):
         torch.onnx.export(
             model,
             example,
