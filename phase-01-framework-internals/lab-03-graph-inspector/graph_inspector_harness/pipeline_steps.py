@@ -32,8 +32,8 @@ from graph_inspector.pipeline import (
 )
 from graph_inspector.savedmodel import load_serving_fn
 from graph_inspector.tflite import ConversionResult, TFLiteModel, convert_savedmodel
-from graph_inspector.units import human_bytes
 from phase01_common.report import Check, Image, Table, step
+from phase01_common.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -223,7 +223,7 @@ def pipeline_checks(r: PipelineResult, losses: list[float], t: Thresholds = THRE
             "both TFLite models pass validation (finite, size, agreement)",
             all(v.ok for v in validations.values()),
             ", ".join(
-                f"{q}: rel err {v.rel_error:.1e}, {human_bytes(v.model_bytes)}"
+                f"{q}: rel err {v.rel_error:.1e}, {format_bytes(v.model_bytes, binary=True)}"
                 for q, v in validations.items()
             ),
         ),
@@ -358,7 +358,7 @@ def _table(r: PipelineResult, cfg: TrainConfig) -> Table:
             name,
             100 * r.accuracy[key],
             100 * (r.accuracy[key] - r.accuracy["tf"]),
-            human_bytes(r.sizes[key]),
+            format_bytes(r.sizes[key], binary=True),
             r.latency_ms[key],
         ]
         for key, name in _NAMES.items()

@@ -93,18 +93,15 @@ class ModeConversions:
 def convert_modes(model: OutlierModel) -> ModeConversions:
     """Each TFLite mode converted once, plus int8 with the debugger's deny list in float."""
     from graph_inspector.quant_debug import deny_list, layer_errors, selective_int8
+    from graph_inspector.quant_modes import MODES
     from graph_inspector.quiet import native_stderr_captured
-    from graph_inspector.tflite import (
-        ALL_QUANTIZATIONS,
-        convert_savedmodel_to_tflite,
-        representative_from,
-    )
+    from graph_inspector.tflite import convert_savedmodel_to_tflite, representative_from
 
     calibration = representative_from({"x": model.inputs[:100]})
     with native_stderr_captured():  # the converter's C++ diagnostics: not for the console
         contents = {
             mode: convert_savedmodel_to_tflite(model.folder, mode, representative=calibration)
-            for mode in ALL_QUANTIZATIONS
+            for mode in MODES
         }
         layers = layer_errors(model.folder, calibration)
         deny = deny_list(contents["int8"], layers)
@@ -123,8 +120,9 @@ def compare_modes(
     import time
 
     from graph_inspector.errors import ConversionError
+    from graph_inspector.quant_modes import MODES
     from graph_inspector.savedmodel import load_serving_fn, signature_param_bytes
-    from graph_inspector.tflite import ALL_QUANTIZATIONS, TFLiteModel, validate_tflite
+    from graph_inspector.tflite import TFLiteModel, validate_tflite
 
     inputs = {"x": model.inputs}
     reference = load_serving_fn(model.folder)
@@ -145,7 +143,7 @@ def compare_modes(
                 tfl,
                 reference,
                 {"x": model.inputs[:200]},
-                quantization=mode if mode in ALL_QUANTIZATIONS else "int8",
+                quantization=mode if mode in MODES else "int8",
                 param_bytes=signature_param_bytes(reference.signature),
             )
             gate = "pass"

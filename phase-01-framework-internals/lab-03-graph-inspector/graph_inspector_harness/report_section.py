@@ -112,7 +112,7 @@ def build_section(out_dir: Path, quick: bool) -> Section:
 
 def headline(pipeline: Any, retraces: tuple[int, int], graph: str) -> list[tuple[str, str]]:
     """The section's key figures: TFLite accuracy and size, retraces explained, the graph."""
-    from graph_inspector.units import human_bytes
+    from phase01_common.units import format_bytes
 
     lines = []
     if pipeline is not None:
@@ -121,8 +121,8 @@ def headline(pipeline: Any, retraces: tuple[int, int], graph: str) -> list[tuple
             (
                 "BERT-tiny TFLite dev accuracy, float32 / dynamic-range (TF)",
                 f"{100 * acc['tflite_float32']:.2f}% / {100 * acc['tflite_dynamic_range']:.2f}% "
-                f"({100 * acc['tf']:.2f}%), {human_bytes(sizes['tflite_float32'])} / "
-                f"{human_bytes(sizes['tflite_dynamic_range'])}",
+                f"({100 * acc['tf']:.2f}%), {format_bytes(sizes['tflite_float32'], binary=True)} / "
+                f"{format_bytes(sizes['tflite_dynamic_range'], binary=True)}",
             )
         )
     else:
@@ -142,7 +142,12 @@ def _graph_part(section: Section, out_dir: Path, quick: bool) -> str:
     import tensorflow as tf
     from graph_inspector.bert import BertConfig, BertForSequenceClassification
     from graph_inspector.inspect_graph import trace_and_inspect
-    from graph_inspector.render import draw_full_graph_svg, draw_scope_overview_svg
+    from graph_inspector.render import (
+        draw_full_graph_svg,
+        draw_scope_overview_svg,
+        plot_op_histogram,
+        to_dot,
+    )
 
     config = BertConfig()
     seq_len = 64 if quick else 128
@@ -156,9 +161,9 @@ def _graph_part(section: Section, out_dir: Path, quick: bool) -> str:
 
     overview = draw_scope_overview_svg(report, out_dir / "bert_tiny_funcgraph.svg")
     full = draw_full_graph_svg(report, out_dir / "bert_tiny_funcgraph_full.svg")
-    histogram = report.plot_op_histogram(out_dir / "bert_tiny_op_histogram.png")
+    histogram = plot_op_histogram(report, out_dir / "bert_tiny_op_histogram.png")
     (out_dir / "bert_tiny_funcgraph.json").write_text(report.to_json())
-    (out_dir / "bert_tiny_funcgraph.dot").write_text(report.to_dot(hide_ops=("Const", "NoOp")))
+    (out_dir / "bert_tiny_funcgraph.dot").write_text(to_dot(report, hide_ops=("Const", "NoOp")))
     section.images.append(
         Image(
             overview,

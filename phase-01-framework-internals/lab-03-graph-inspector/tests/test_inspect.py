@@ -15,6 +15,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import tensorflow as tf  # noqa: E402
 from graph_inspector.inspect_graph import trace_and_inspect  # noqa: E402
+from graph_inspector.render import (  # noqa: E402
+    draw_svg,
+    plot_op_histogram,
+    to_dot,
+    write_tensorboard,
+)
 
 
 def node_of(report, op: str):
@@ -183,16 +189,16 @@ def test_json_dot_tensorboard_and_drawing(tmp_path):
     first = data["nodes"][0]
     assert set(first) >= {"name", "op", "inputs", "outputs", "cost"}
     # Byte-identical JSON across processes: test_graph_json_identical_in_two_processes.
-    dot = report.to_dot()
+    dot = to_dot(report)
     assert dot.startswith("digraph")
     # Edges read back from the DOT text, by node name (the second line of each label).
     names = dict(re.findall(r'^  (n\d+) \[label="[^\\]*\\n([^\\"]*)', dot, re.M))
     edges = {(names[a], names[b]) for a, b in re.findall(r"^  (n\d+) -> (n\d+);", dot, re.M)}
     assert edges == {("x", "MatMul"), ("ones", "MatMul"), ("MatMul", "Relu"), ("Relu", "Identity")}
-    drawing = report.render(tmp_path / "graph")
+    drawing = draw_svg(report, tmp_path / "graph")
     assert drawing.exists() and drawing.stat().st_size > 1000
-    assert report.plot_op_histogram(tmp_path / "hist.png").exists()
-    logdir = report.write_tensorboard(tmp_path / "tb")
+    assert plot_op_histogram(report, tmp_path / "hist.png").exists()
+    logdir = write_tensorboard(report, tmp_path / "tb")
     assert list(logdir.glob("events.out.tfevents.*"))
 
 
