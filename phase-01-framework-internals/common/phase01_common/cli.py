@@ -39,6 +39,7 @@ def prepare_out_dir(path: Path | str, option: str = "--out", *, create: bool = T
         # mkdir can succeed where writing cannot (read-only mounts, /proc): try a real file.
         with tempfile.TemporaryFile(dir=folder):
             pass
+        writable = os.access(folder, os.W_OK)
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise OutputPathError(f"{option} {folder}: cannot write there ({reason})") from None
@@ -47,7 +48,7 @@ def prepare_out_dir(path: Path | str, option: str = "--out", *, create: bool = T
             for made_folder in made:  # deepest first
                 with contextlib.suppress(OSError):
                     made_folder.rmdir()
-    if not os.access(folder, os.W_OK):
+    if not writable:
         raise OutputPathError(f"{option} {folder}: cannot write there (permission denied)")
     return folder
 
