@@ -1,4 +1,4 @@
-"""The TF Profiler joined with the static cost model, on a roofline of this CPU (issue 15d).
+"""The TF Profiler joined with the static cost model, on a roofline of this CPU.
 
 :func:`profile_function` runs a function under ``tf.profiler.experimental`` for N steps (the
 trace is written where TensorBoard's profile plugin opens it), reads the trace's XPlane (the

@@ -78,8 +78,8 @@ def _accumulate_calls(fn: Any) -> list[Callable[[], Any]]:
 
 @fix_scenario("variable shape", "reduce_retracing")
 def variable_shape_reduce_retracing() -> FixResult:
-    # The case: an input_signature of TensorSpecs would hand the function a tensor, and
-    # assign_add fails; reduce_retracing generalizes the VariableSpec instead.
+    # An input_signature of TensorSpecs would hand the function a tensor, and assign_add would
+    # fail; reduce_retracing generalizes the VariableSpec instead.
     tf = tensorflow()
     plain = tf.function(_accumulate)
     fixed = tf.function(_accumulate, reduce_retracing=True)

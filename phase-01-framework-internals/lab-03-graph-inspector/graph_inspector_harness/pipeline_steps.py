@@ -24,13 +24,12 @@ import numpy as np
 from graph_inspector.errors import ConversionError
 from graph_inspector.pipeline import (
     INPUT_NAMES,
-    SERVING_KEY,
     TrainConfig,
     export_savedmodel,
     fine_tune,
     keras_predict,
 )
-from graph_inspector.savedmodel import load_serving_fn
+from graph_inspector.savedmodel import SERVING_KEY, load_serving_fn
 from graph_inspector.tflite import ConversionResult, TFLiteModel, convert_savedmodel
 from phase01_common.report import Check, Image, Table, step
 from phase01_common.units import format_bytes
