@@ -70,68 +70,20 @@ class QuantizationMode:
             ]
 
 
-_INT16X8_KERNELS = "EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8"
+_INT8 = "TFLITE_BUILTINS_INT8"
+_INT16X8 = "EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8"
 
-MODES: dict[str, QuantizationMode] = {
-    mode.name: mode
-    for mode in (
-        QuantizationMode(
-            "float32",
-            "float32 weights and activations",
-            written_by_default=True,
-            optimize=False,
-            weight_type=None,
-            kernels=None,
-            max_rel_error=1e-4,
-            min_argmax_agreement=0.99,
-            min_size_fraction=0.5,
-        ),
-        QuantizationMode(
-            "dynamic_range",
-            "int8 weights, activations quantized per call",
-            written_by_default=True,
-            optimize=True,
-            weight_type=None,
-            kernels=None,
-            max_rel_error=0.05,
-            min_argmax_agreement=0.9,
-            min_size_fraction=0.15,
-        ),
-        QuantizationMode(
-            "float16",
-            "float16 weights",
-            written_by_default=False,
-            optimize=True,
-            weight_type="float16",
-            kernels=None,
-            max_rel_error=0.01,
-            min_argmax_agreement=0.99,
-            min_size_fraction=0.3,
-        ),
-        QuantizationMode(
-            "int8",
-            "int8 weights and activations",
-            written_by_default=False,
-            optimize=True,
-            weight_type=None,
-            kernels="TFLITE_BUILTINS_INT8",
-            max_rel_error=0.1,
-            min_argmax_agreement=0.9,
-            min_size_fraction=0.15,
-        ),
-        QuantizationMode(
-            "int16x8",
-            "int8 weights, int16 activations",
-            written_by_default=False,
-            optimize=True,
-            weight_type=None,
-            kernels=_INT16X8_KERNELS,
-            max_rel_error=0.1,
-            min_argmax_agreement=0.9,
-            min_size_fraction=0.15,
-        ),
-    )
-}
+# fmt: off
+MODES: dict[str, QuantizationMode] = {row[0]: QuantizationMode(*row) for row in (
+    # name, stores, written_by_default, optimize, weight_type, kernels,
+    #   max_rel_error, min_argmax_agreement, min_size_fraction
+    ("float32", "float32 weights and activations", True, False, None, None, 1e-4, 0.99, 0.5),
+    ("dynamic_range", "int8 weights, float activations", True, True, None, None, 0.05, 0.9, 0.15),
+    ("float16", "float16 weights", False, True, "float16", None, 0.01, 0.99, 0.3),
+    ("int8", "int8 weights and activations", False, True, None, _INT8, 0.1, 0.9, 0.15),
+    ("int16x8", "int8 weights, int16 activations", False, True, None, _INT16X8, 0.1, 0.9, 0.15),
+)}
+# fmt: on
 
 DEFAULT_QUANTIZATIONS: tuple[Quantization, ...] = tuple(
     m.name for m in MODES.values() if m.written_by_default
