@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from graph_inspector.pipeline import (
 from graph_inspector.savedmodel import SERVING_KEY, load_serving_fn
 from graph_inspector.tflite import ConversionResult, TFLiteModel, convert_savedmodel
 from phase01_common.report import Check, Image, Table, step
+from phase01_common.timing import time_interleaved
 from phase01_common.units import format_bytes
 
 
@@ -174,27 +174,18 @@ def trap_is_caught(model, out_dir: Path, seq_len: int, probes: dict[str, np.ndar
         shutil.rmtree(out_dir / "tflite_untracked", ignore_errors=True)
 
 
-def median_latency_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
-
-
 def batch1_latency(serving, tflite: dict[str, TFLiteModel], dev_inputs, repeats: int):
+    """Median ms of a batch-1 call of TensorFlow and of each TFLite model, interleaved."""
     import tensorflow as tf
 
     one = {k: np.ascontiguousarray(v[:1]) for k, v in dev_inputs.items()}
     one_tf = {k: tf.constant(v) for k, v in one.items()}
     signature = serving.signature
-    latency = {"tf": median_latency_ms(lambda: signature(**one_tf), repeats)}
+    calls: dict[str, Callable[[], object]] = {"tf": lambda: signature(**one_tf)}
     for name, model in tflite.items():
-        latency[name] = median_latency_ms(lambda m=model: m(**one), repeats)
-    return latency
+        calls[name] = lambda m=model: m(**one)
+    timings = time_interleaved(calls, rounds=repeats, warmup=3)
+    return {name: seconds * 1e3 for name, seconds in timings.medians().items()}
 
 
 def accuracy_of(logits: dict[str, np.ndarray], labels: np.ndarray) -> dict[str, float]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from phase01_common.report import Check, Image, Section, Table, step
+from phase01_common.units import format_bytes
 
 from graph_inspector_harness.report_parts import (
     concepts_part,
@@ -112,8 +113,6 @@ def build_section(out_dir: Path, quick: bool) -> Section:
 
 def headline(pipeline: Any, retraces: tuple[int, int], graph: str) -> list[tuple[str, str]]:
     """The section's key figures: TFLite accuracy and size, retraces explained, the graph."""
-    from phase01_common.units import format_bytes
-
     lines = []
     if pipeline is not None:
         acc, sizes = pipeline.accuracy, pipeline.sizes
@@ -223,8 +222,8 @@ def _cost_part(section: Section, report: Any, model: Any, config: Any, seq_len: 
         Check(
             "graph reads the model's variables (no initial values baked in)",
             var_count == len(model.weights) and var_bytes == params,
-            f"{var_count} captured variables, {var_bytes / 1e6:.2f} MB "
-            f"(model: {len(model.weights)} weights, {params / 1e6:.2f} MB)",
+            f"{var_count} captured variables, {format_bytes(var_bytes)} "
+            f"(model: {len(model.weights)} weights, {format_bytes(params)})",
         )
     )
     section.checks.append(
