@@ -53,6 +53,7 @@ class RequestHandle:
         self.output = bytearray()  # what was streamed (stop sequence excluded)
         self.finish_reason: str | None = None
         self.submitted_at = time.perf_counter()
+        self.admitted_at: float | None = None  # first scheduled (end of its queue time)
         self.token_times: list[float] = []
         self.cancel_requested = threading.Event()
         self._done = threading.Event()
