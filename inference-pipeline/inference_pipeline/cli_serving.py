@@ -72,7 +72,15 @@ def run_serve(args: argparse.Namespace) -> int:
         )
 
         try:
-            services = [load_generation_service(f, args.threads or 1) for f in gpt_folders]
+            services = [
+                load_generation_service(
+                    f,
+                    args.threads or 1,
+                    max_num_seqs=args.max_num_seqs,
+                    max_num_batched_tokens=args.max_num_batched_tokens,
+                )  # fmt: skip
+                for f in gpt_folders
+            ]
         except GenerationFolderError as exc:
             return _fail(str(exc))
     from inference_pipeline.serving.runner import run_server
@@ -118,6 +126,16 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="also serve this generation model folder (export-gpt --repository writes one; "
         'folders with backend: "generation" inside MODEL_REPOSITORY are served anyway)',
+    )
+    scheduler = serve.add_argument_group("generation scheduler (overrides the GPT's config.pbtxt)")
+    scheduler.add_argument(
+        "--max-num-seqs", type=int, help="sequences running at once (the decode batch cap)"
+    )
+    scheduler.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        help="tokens per engine step, decodes first then prefill chunks: smaller keeps "
+        "inter-token latency flat, larger gives a faster first token",
     )
     serve.add_argument("--max-request-bytes", type=int, default=4 * 1024 * 1024)
     serve.add_argument("--graceful-timeout", type=float, default=60.0, help="seconds")

@@ -13,7 +13,9 @@ PASS_S = 0.02  # every model pass sleeps this long: a floor under TTFT and inter
 
 
 def test_generate_mode_reports_ttft_itl_and_tokens_per_level(tmp_path, capsys) -> None:
-    service = GenerationService(ContinuousBatchingEngine(CountingStep(PASS_S), max_batch=4), "cnt")
+    service = GenerationService(
+        ContinuousBatchingEngine(CountingStep(PASS_S), max_num_seqs=4), "cnt"
+    )
     with threaded_server([], generation=(service,)) as (url, _):
         outputs = ["--json", str(tmp_path / "gen.json"), "--plot", str(tmp_path / "gen.png")]
         argv = ["loadtest", "--url", url, "--model", "cnt", "--generate", "--concurrency", "1,4",

@@ -23,7 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from inference_pipeline.generation.paged_cache import PagedKVCache
-from inference_pipeline.generation.requests import GenerationRequest, RequestHandle
+from inference_pipeline.generation.requests import (
+    GenerationRequest,
+    RequestHandle,
+    token_logprob,
+)
 from inference_pipeline.generation.runtime import StepFunction, empty_past
 from inference_pipeline.generation.sampling import sample_next
 from inference_pipeline.generation.scheduler import SequenceState, TokenBudgetScheduler
@@ -104,6 +108,8 @@ class _Engine:
     def _emit(self, handle: RequestHandle, logits_row: np.ndarray) -> bool:
         token = sample_next(logits_row, handle.request.sampling, handle.rng)
         self.stats.generated_tokens += 1
+        if handle.request.logprobs is not None:
+            handle.logprobs.append(token_logprob(logits_row, token, handle.request.logprobs))
         return handle.add_token(token)
 
     def run_until_idle(self, max_iterations: int = 1_000_000) -> None:
