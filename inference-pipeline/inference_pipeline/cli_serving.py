@@ -169,14 +169,17 @@ def _add_loadtest(subparsers: argparse._SubParsersAction) -> None:
     load.add_argument("--json", dest="json_path", help="write the results here")
     load.add_argument("--plot", dest="plot_path", help="latency-vs-throughput plot (PNG)")
     load.add_argument("--seed", type=int, default=0)
-    gen = load.add_argument_group("generation (a GPT's generate_stream route)")
+    gen = load.add_argument_group("generation (a GPT's OpenAI /v1/completions route)")
     gen.add_argument(
         "--generate",
         action="store_true",
-        help="stream from /v2/models/MODEL/generate_stream: TTFT, inter-token latency "
-        "p50/p90/p99, tokens/s and requests/s per --concurrency level (--texts: prompts)",
+        help="stream from /v1/completions (model MODEL): TTFT, TPOT, inter-token and "
+        "end-to-end latency (mean/p50/p99), tokens/s, requests/s and goodput per "
+        "--concurrency level (--texts: prompts)",
     )
     gen.add_argument("--max-tokens", type=int, default=32, help="tokens per stream")
+    gen.add_argument("--slo-ttft-ms", type=float, default=250.0, help="goodput's TTFT limit")
+    gen.add_argument("--slo-tpot-ms", type=float, default=25.0, help="goodput's TPOT limit")
     load.set_defaults(run=run_loadtest)
 
 
