@@ -480,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated, of {','.join(EXPERIMENTS)} (prefix always goes over HTTP)",
     )  # fmt: skip
     parser.add_argument("--kv-blocks", type=int, default=64, help="the memory experiment's pool")
-    parser.add_argument("--budgets", default="16,32,48,96,192", help="the budget sweep's values")
+    parser.add_argument("--budgets", default="16,32,48,96,256", help="the budget sweep's values")
     parser.add_argument(
         "--train-seconds", type=float, default=900.0,
         help="the GPT checkpoint's training budget (a shorter one trains fast; speed does not "

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 # its longest sequence (holes and padding cost attention work; a gather costs two copies).
 REGATHER_SLACK = 16
 # Tokens per iteration (decodes + prefill chunks): chosen by measurement, see GENERATION.md.
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 48
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 96
 
 
 class QueueFull(RuntimeError):
@@ -242,9 +242,10 @@ class ContinuousBatchingEngine(_Engine):
         width = self._dense_past[0].shape[2] if self._dense_past else 0
         longest = max(self.cache.lengths[i] for i in ids)
         if len(joining) > len(holes) or longest > width or width > longest + REGATHER_SLACK:
-            self._dense_past, lengths = self.cache.gather(ids)
-            self._dense_past = [np.array(p) for p in self._dense_past]  # own it (buffers reused)
-            self._slots = list(ids)
+            # room for as many joiners again (up to the running cap): joining then fills holes
+            rows = min(max(self.scheduler.max_num_seqs, len(ids)), 2 * len(ids))
+            self._dense_past, lengths = self.cache.gather(ids, rows, purpose="decode")
+            self._slots = [*ids, *([None] * (rows - len(ids)))]
             self._dense_mask = (np.arange(self._dense_past[0].shape[2]) < lengths[:, None]).astype(
                 np.int64
             )

@@ -296,12 +296,14 @@ class PagedKVCache:
         size = int(np.prod(shape))
         flat = self._buffers.get((kind, role))
         if flat is None or flat.size < size:
-            flat = self._buffers[(kind, role)] = np.empty(
+            flat = self._buffers[(kind, role)] = np.zeros(
                 max(size, 2 * (0 if flat is None else flat.size)), np.float32
             )
         return flat[:size].reshape(shape)
 
-    def _gather_pool(self, pool: np.ndarray, table: np.ndarray, kind: int) -> np.ndarray:
+    def _gather_pool(
+        self, pool: np.ndarray, table: np.ndarray, kind: int, purpose: str
+    ) -> np.ndarray:
         """[L, B, H, W*bs, D] for one pool (keys or values), built in reused buffers."""
         c, (batch, width) = self.config, table.shape
         blocks = self._buffer(
@@ -309,18 +311,24 @@ class PagedKVCache:
         )
         np.take(pool, table, axis=1, out=blocks, mode="clip")  # "raise" would buffer a copy
         dense = self._buffer(
-            kind, "dense", (c.n_layer, batch, c.n_head, width, self.block_size, c.head_dim)
+            kind, purpose, (c.n_layer, batch, c.n_head, width, self.block_size, c.head_dim)
         )
         np.copyto(dense, blocks.transpose(0, 1, 3, 2, 4, 5))
         return dense.reshape(c.n_layer, batch, c.n_head, width * self.block_size, c.head_dim)
 
-    def gather(self, seq_ids: list[int]) -> tuple[list[np.ndarray], np.ndarray]:
+    def gather(
+        self, seq_ids: list[int], rows: int = 0, purpose: str = "prefill"
+    ) -> tuple[list[np.ndarray], np.ndarray]:
         """Dense past for a batch: 2*L arrays [B, H, P, D], P the longest cached length rounded
         up to whole blocks (slots past a row's length hold garbage the mask hides), and the
-        lengths [B]. Two copies per pool: the block gather and the head-major transpose."""
-        lengths = np.array([self.lengths[s] for s in seq_ids], dtype=np.int64)
+        lengths [B]. ``rows`` > len(seq_ids) adds empty rows (length 0) after them. Two copies
+        per pool: the block gather and the head-major transpose, into buffers reused per
+        ``purpose``: the arrays stay valid until the next gather for the same purpose."""
+        batch = max(rows, len(seq_ids))
+        lengths = np.zeros(batch, dtype=np.int64)
+        lengths[: len(seq_ids)] = [self.lengths[s] for s in seq_ids]
         longest = int(lengths.max(initial=0))
-        c, batch = self.config, len(seq_ids)
+        c = self.config
         if longest == 0:
             empty = np.zeros((batch, c.n_head, 0, c.head_dim), dtype=np.float32)
             return [empty] * (2 * c.n_layer), lengths
@@ -330,7 +338,7 @@ class PagedKVCache:
             ids = self.tables[seq_id][:width]
             table[row, : len(ids)] = ids
         dense = [
-            self._gather_pool(pool, table, kind)
+            self._gather_pool(pool, table, kind, purpose)
             for kind, pool in enumerate((self.keys, self.values))
         ]
         past = [dense[kind][layer] for layer in range(c.n_layer) for kind in (0, 1)]
