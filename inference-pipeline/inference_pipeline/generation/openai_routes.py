@@ -401,11 +401,27 @@ def _sse(payload: dict[str, Any] | str) -> str:
     return f"data: {data}\n\n"
 
 
+def _piece_template(call: _Call, usage: dict[str, Any]) -> tuple[str, str]:
+    """The text around the piece in a plain middle chunk (no logprobs, not first, not last):
+    one event per token is the server's hot loop, so only the piece is JSON-encoded there."""
+    event = call.envelope(streaming=True)
+    event["choices"] = [call.delta("\x00", None, None, first=False)]
+    head, tail = json.dumps(event | usage).split('"\\u0000"')
+    return f"data: {head}", f"{tail}\n\n"
+
+
 async def _events(call: _Call, request: Request, include_usage: bool) -> AsyncIterator[str]:
     decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a byte may split a character
     sent, first = 0, True
     usage: dict[str, Any] = {"usage": None} if include_usage else {}
+    head, tail = _piece_template(call, usage)
+    plain = call.handle.request.logprobs is None
     async for chunk in stream_chunks(call.service, call.handle, request):
+        if plain and not first and chunk.finish_reason is None:
+            text = decoder.decode(chunk.data)
+            if text:
+                yield f"{head}{json.dumps(text)}{tail}"
+            continue
         if chunk.finish_reason == "error":
             yield _sse(_error_body(GenerationError(500, "generation failed in the model")))
             break
