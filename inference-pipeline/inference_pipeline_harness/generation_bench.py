@@ -15,6 +15,7 @@ latency (mean, median, p99).
 - ``memory``: the same KV pool, blocks on demand (with preemption) vs reserve-up-front:
   sequences running at the peak.
 - ``budget``: the per-step token budget swept at C=16 (what the knob trades).
+- ``passcost``: one 16-row decode pass against dense pasts of 50-250 positions.
 """
 
 from __future__ import annotations
@@ -415,6 +416,31 @@ def budget_sweep(
     return [{"budget": b, **asdict(median_result(r))} for b, r in runs.items()]
 
 
+def pass_cost(
+    step: StepFunction,
+    rows: int = 16,
+    widths: tuple[int, ...] = (50, 100, 200, 250),
+    repeats: int = 30,
+) -> list[dict]:
+    """One decode pass (1 new token per row) against a dense past of each width: median and
+    minimum milliseconds. What a dense batch pays for its longest row."""
+    c = step.config
+    results = []
+    for width in widths:
+        past = [np.zeros((rows, c.n_head, width, c.head_dim), np.float32)] * (2 * c.n_layer)
+        tokens = np.zeros((rows, 1), np.int64)
+        positions = np.full((rows, 1), min(width, c.max_positions - 1), np.int64)
+        mask = np.ones((rows, width + 1), np.int64)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            step(tokens, positions, mask, past)
+            times.append(time.perf_counter() - start)
+        results.append({"rows": rows, "past": width, "median_ms": 1e3 * float(np.median(times)),
+                        "min_ms": 1e3 * min(times)})  # fmt: skip
+    return results
+
+
 def verdict(results: list[RunResult], concurrency: int = 16) -> dict[str, float | bool]:
     """The issue's target at concurrency 16: >= 2x tokens/s at an equal or lower p99 ITL."""
     by = {(r.engine, r.concurrency): r for r in results}
@@ -461,7 +487,7 @@ def plot(results: list[RunResult], path: Path) -> Path:
     return path
 
 
-EXPERIMENTS = ("batching", "prefix", "memory", "budget")
+EXPERIMENTS = ("batching", "prefix", "memory", "budget", "passcost")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -572,6 +598,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "budget" in experiments:
         report["budget_sweep"] = budget_sweep(step, held_out, 16, per_client, budgets, rounds)
+    if "passcost" in experiments:
+        report["pass_cost"] = pass_cost(step)
+        for row in report["pass_cost"]:
+            print(f"  decode pass, {row['rows']} rows x {row['past']} past positions: "
+                  f"median {row['median_ms']:.2f} ms, min {row['min_ms']:.2f} ms")  # fmt: skip
     (args.out / f"generation_bench{suffix}.json").write_text(json.dumps(report, indent=2))
     print(f"wrote {args.out / f'generation_bench{suffix}.json'}")
     return 0
