@@ -207,3 +207,24 @@ def test_openai_completion_and_raw_sse_of_the_counting_model(server) -> None:
     events = [json.loads(e[6:]) for e in raw.split("\n\n") if e.startswith("data: {")]
     assert "".join(c["choices"][0]["text"] for c in events if c["choices"]) == "lmno"
     assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 6
+
+
+def metric(text: str, name: str) -> float:
+    head = f'{name}{{model_name="bbc_gpt"}} '
+    return next(float(line[len(head) :]) for line in text.splitlines() if line.startswith(head))
+
+
+def test_prefix_cache_hits_on_metrics_match_the_shared_blocks(server) -> None:
+    port, _ = server
+    shared = "The Bank of England said on Monday that it would "  # 50 bytes: 3 full blocks
+    before = generate_latest(GENERATION_REGISTRY).decode()
+    prompts = [shared + "raise rates", shared + "hold"]
+    for prompt in prompts:  # one after the other: the first one's blocks are cached
+        body = {"model": "bbc_gpt", "prompt": prompt, "max_tokens": 4, "temperature": 0}
+        answer = json.loads(post(port, "/v1/completions", body).read())
+        assert answer["usage"]["completion_tokens"] == 4
+    after = generate_latest(GENERATION_REGISTRY).decode()
+    hits = metric(after, "vllm:prefix_cache_hits_total")
+    queries = metric(after, "vllm:prefix_cache_queries_total")
+    assert hits - metric(before, "vllm:prefix_cache_hits_total") == 48
+    assert queries - metric(before, "vllm:prefix_cache_queries_total") == sum(map(len, prompts))
