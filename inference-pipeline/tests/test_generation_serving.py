@@ -390,3 +390,23 @@ def test_openai_queue_full_is_429_with_retry_after(gated_server):
     gate.open.set()
     for response in held:
         assert response.status == 200 and response.read().endswith(b"data: [DONE]\n\n")
+
+
+def test_scheduler_knobs_come_from_the_folder_and_the_command_line(capsys) -> None:
+    from inference_pipeline.__main__ import main
+    from inference_pipeline.generation.engine import DEFAULT_MAX_NUM_BATCHED_TOKENS
+
+    repo = tiny_repository_with_gpt()
+    folder = generation_folders(repo)[0]
+    configured = load_generation_service(folder).engine.scheduler
+    assert configured.max_num_seqs == 4  # the folder's max_batch_size
+    assert configured.max_num_batched_tokens == DEFAULT_MAX_NUM_BATCHED_TOKENS
+    flags = load_generation_service(folder, max_num_seqs=3, max_num_batched_tokens=40)
+    assert (flags.engine.scheduler.max_num_seqs, flags.engine.scheduler.max_num_batched_tokens) == (
+        3,
+        40,
+    )
+    # a budget below the running cap cannot fit every decode: one line, exit 2, no server
+    assert main(["serve", str(repo), "--max-num-seqs", "8", "--max-num-batched-tokens", "4"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "max_num_batched_tokens >= max_num_seqs" in errors[0]
