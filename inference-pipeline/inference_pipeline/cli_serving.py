@@ -72,7 +72,15 @@ def run_serve(args: argparse.Namespace) -> int:
         )
 
         try:
-            services = [load_generation_service(f, args.threads or 1) for f in gpt_folders]
+            services = [
+                load_generation_service(
+                    f,
+                    args.threads or 1,
+                    max_num_seqs=args.max_num_seqs,
+                    max_num_batched_tokens=args.max_num_batched_tokens,
+                )  # fmt: skip
+                for f in gpt_folders
+            ]
         except GenerationFolderError as exc:
             return _fail(str(exc))
     from inference_pipeline.serving.runner import run_server
@@ -119,6 +127,16 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:
         help="also serve this generation model folder (export-gpt --repository writes one; "
         'folders with backend: "generation" inside MODEL_REPOSITORY are served anyway)',
     )
+    scheduler = serve.add_argument_group("generation scheduler (overrides the GPT's config.pbtxt)")
+    scheduler.add_argument(
+        "--max-num-seqs", type=int, help="sequences running at once (the decode batch cap)"
+    )
+    scheduler.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        help="tokens per engine step, decodes first then prefill chunks: smaller keeps "
+        "inter-token latency flat, larger gives a faster first token",
+    )
     serve.add_argument("--max-request-bytes", type=int, default=4 * 1024 * 1024)
     serve.add_argument("--graceful-timeout", type=float, default=60.0, help="seconds")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
@@ -151,14 +169,17 @@ def _add_loadtest(subparsers: argparse._SubParsersAction) -> None:
     load.add_argument("--json", dest="json_path", help="write the results here")
     load.add_argument("--plot", dest="plot_path", help="latency-vs-throughput plot (PNG)")
     load.add_argument("--seed", type=int, default=0)
-    gen = load.add_argument_group("generation (a GPT's generate_stream route)")
+    gen = load.add_argument_group("generation (a GPT's OpenAI /v1/completions route)")
     gen.add_argument(
         "--generate",
         action="store_true",
-        help="stream from /v2/models/MODEL/generate_stream: TTFT, inter-token latency "
-        "p50/p90/p99, tokens/s and requests/s per --concurrency level (--texts: prompts)",
+        help="stream from /v1/completions (model MODEL): TTFT, TPOT, inter-token and "
+        "end-to-end latency (mean/p50/p99), tokens/s, requests/s and goodput per "
+        "--concurrency level (--texts: prompts)",
     )
     gen.add_argument("--max-tokens", type=int, default=32, help="tokens per stream")
+    gen.add_argument("--slo-ttft-ms", type=float, default=250.0, help="goodput's TTFT limit")
+    gen.add_argument("--slo-tpot-ms", type=float, default=25.0, help="goodput's TPOT limit")
     load.set_defaults(run=run_loadtest)
 
 

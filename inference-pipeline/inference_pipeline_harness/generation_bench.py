@@ -1,10 +1,21 @@
-"""Continuous versus static batching under a closed-loop load (not a test).
+"""Generation benchmarks under a closed-loop load (not a test).
 
-``python -m inference_pipeline_harness.generation_bench [--quick] [--out DIR]``, or through the
-pipeline's ``bench --generation``. Each of C clients sends its requests one after another
-(closed loop); both engines serve the identical workload (same prompts, same long-tailed output
-lengths), timed in the same run. Reported per engine and concurrency: generated tokens/s,
-requests/s, time to first token and inter-token latency p50/p90/p99.
+``python -m inference_pipeline_harness.generation_bench [--quick] [--http] [--experiments
+batching,prefix,memory,budget] [--out DIR]``, or through the pipeline's ``bench --generation``.
+Each of C clients sends its requests one after another (closed loop); the compared
+configurations serve the identical workload (same prompts, same long-tailed output lengths),
+interleaved in the same run, medians over rounds. Reported as vLLM's benchmark_serving does:
+output tokens/s, requests/s, goodput under the declared SLO, TTFT, TPOT, ITL and end-to-end
+latency (mean, median, p99).
+
+- ``batching``: continuous vs static batching per concurrency (in process, or ``--http``
+  through ``/v1/completions``).
+- ``prefix``: every prompt shares a 128-byte prefix; prefix caching off vs on (HTTP), TTFT and
+  the hit rate from ``/metrics`` against the workload's.
+- ``memory``: the same KV pool, blocks on demand (with preemption) vs reserve-up-front:
+  sequences running at the peak.
+- ``budget``: the per-step token budget swept at C=16 (what the knob trades).
+- ``passcost``: one 16-row decode pass against dense pasts of 50-250 positions.
 """
 
 from __future__ import annotations
@@ -20,19 +31,30 @@ from pathlib import Path
 
 import numpy as np
 from inference_pipeline.generation.engine import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
     ContinuousBatchingEngine,
     EngineRunner,
     StaticBatchingEngine,
 )
 from inference_pipeline.generation.requests import GenerationRequest
 from inference_pipeline.generation.runtime import StepFunction
-from phase01_common.stats import percentiles
+from inference_pipeline.loadtest.generation import (
+    COMPLETIONS_PATH,
+    ServiceLevel,
+    completion_body,
+    good_requests,
+    latency_stats,
+    token_timings,
+)
+from inference_pipeline.loadtest.generator import Sample
 
 # Output lengths are long-tailed, as in chat/completion traffic: most answers are short, a few
 # run long. Static batching pays for every batch's longest; continuous batching does not.
 OUTPUT_LENGTHS = (8, 16, 32, 64, 128, 192)
 OUTPUT_WEIGHTS = (0.25, 0.25, 0.2, 0.15, 0.1, 0.05)
 PROMPT_BYTES = (16, 48)
+SLO = ServiceLevel(ttft_ms=250.0, tpot_ms=25.0)  # the declared SLO goodput counts against
+SHARED_PREFIX_BYTES = 128
 
 
 @dataclass
@@ -44,50 +66,74 @@ class RunResult:
     seconds: float
     tokens_per_s: float
     requests_per_s: float
+    goodput_rps: float  # requests/s meeting the SLO (TTFT and TPOT)
+    ttft_mean_ms: float
     ttft_p50_ms: float
     ttft_p90_ms: float
     ttft_p99_ms: float
+    tpot_mean_ms: float
+    tpot_p50_ms: float
+    tpot_p99_ms: float
+    itl_mean_ms: float
     itl_p50_ms: float
     itl_p90_ms: float
     itl_p99_ms: float
+    e2e_mean_ms: float
+    e2e_p50_ms: float
+    e2e_p99_ms: float
     # KV-cache slots held at the peak, as a share of one max-length cache per batch slot
     cache_peak_share: float
+    peak_running: float  # sequences running at once, at the peak
+    preemptions: float
 
 
 def workload(
-    text: np.ndarray, count: int, max_positions: int, seed: int = 0
+    text: np.ndarray, count: int, max_positions: int, seed: int = 0, prefix: bytes = b""
 ) -> list[GenerationRequest]:
-    """Held-out prompts of 16-47 bytes; output lengths drawn from OUTPUT_LENGTHS (clipped to the
-    model's context)."""
+    """Held-out prompts of 16-47 bytes (after ``prefix``, shared by all); output lengths drawn
+    from OUTPUT_LENGTHS (clipped to the model's context)."""
     rng = np.random.default_rng(seed)
     lengths = rng.choice(OUTPUT_LENGTHS, size=count, p=OUTPUT_WEIGHTS)
     requests = []
     for n in lengths:
         size = int(rng.integers(*PROMPT_BYTES))
         start = int(rng.integers(0, len(text) - size))
-        prompt = bytes(text[start : start + size])
-        requests.append(GenerationRequest(prompt, int(min(n, max_positions - size))))
+        prompt = prefix + bytes(text[start : start + size])
+        requests.append(GenerationRequest(prompt, int(min(n, max_positions - len(prompt)))))
     return requests
 
 
 def _summarize(
-    engine, concurrency: int, seconds: float, ttfts: list[float], gaps: list[float], tokens: int
+    engine, concurrency: int, seconds: float, samples: list[Sample], slo: ServiceLevel
 ) -> RunResult:
-    ttft = percentiles(ttfts, (50, 90, 99), scale=1e3)
-    itl = percentiles(gaps, (50, 90, 99), scale=1e3)
+    timings = token_timings(samples)
+    stats = {
+        name: latency_stats(values)
+        for name, values in (
+            ("ttft", timings.ttft), ("tpot", timings.tpot), ("itl", timings.gaps),
+            ("e2e", timings.e2e),
+        )
+    }  # fmt: skip
     # KV slots held at the peak against one max_positions-long contiguous cache per batch slot
     if isinstance(engine, ContinuousBatchingEngine):
         held = engine.cache.peak_used_blocks * engine.cache.block_size
+        peak, preemptions = engine.scheduler.stats.peak_running, engine.scheduler.stats.preemptions
     else:  # every row of a static batch is as long as the batch's longest
         held = concurrency * engine.peak_width
+        peak, preemptions = concurrency, 0
     share = held / (concurrency * engine.config.max_positions)
+    tokens = sum(len(s.arrivals) for s in samples)
+    name = type(engine).__name__.replace("BatchingEngine", "").lower()
+    if isinstance(engine, ContinuousBatchingEngine) and engine.scheduler.reserve_up_front:
+        name = "reserve-up-front"
     return RunResult(
-        type(engine).__name__.replace("BatchingEngine", "").lower(),
-        concurrency, len(ttfts), tokens, round(seconds, 2),
-        tokens / seconds, len(ttfts) / seconds,
-        *ttft.values(),
-        *itl.values(),
-        share,
+        name, concurrency, len(samples), tokens, round(seconds, 2),
+        tokens / seconds, len(samples) / seconds, good_requests(samples, slo) / seconds,
+        *(stats["ttft"][k] for k in ("mean", "p50", "p90", "p99")),
+        *(stats["tpot"].get(k, 0.0) for k in ("mean", "p50", "p99")),
+        *(stats["itl"][k] for k in ("mean", "p50", "p90", "p99")),
+        *(stats["e2e"][k] for k in ("mean", "p50", "p99")),
+        share, float(peak), float(preemptions),
     )  # fmt: skip
 
 
@@ -124,6 +170,7 @@ def run_load(
     engine: ContinuousBatchingEngine | StaticBatchingEngine,
     requests: list[GenerationRequest],
     concurrency: int,
+    slo: ServiceLevel = SLO,
 ) -> RunResult:
     """In process: clients call the engine directly (timings from the engine's handles)."""
     runner = EngineRunner(engine).start()
@@ -136,56 +183,75 @@ def run_load(
 
     seconds = _closed_loop(concurrency, requests, one)
     runner.stop()
-    timings = [h.timings() for h in handles]
-    gaps = [g for _, gs in timings for g in gs]
-    tokens = sum(len(h.tokens) for h in handles)
-    return _summarize(engine, concurrency, seconds, [t for t, _ in timings], gaps, tokens)
+    samples = [Sample(h.submitted_at, h.finished_at, 200, h.token_times) for h in handles]
+    return _summarize(engine, concurrency, seconds, samples, slo)
 
 
 def run_load_http(
     engine: ContinuousBatchingEngine | StaticBatchingEngine,
     requests: list[GenerationRequest],
     concurrency: int,
-) -> RunResult:
-    """Over HTTP: the engine mounted in the v2 server on loopback, clients stream SSE through
-    the load generator's closed loop (``loadtest --generate`` measures the same way); TTFT and
-    ITL are taken when each event arrives at the client."""
+    slo: ServiceLevel = SLO,
+    warmup: GenerationRequest | None = None,
+    model: str = "bbc_gpt",
+) -> tuple[RunResult, str]:
+    """Over HTTP: the engine mounted in the v2 server on loopback, clients stream
+    ``/v1/completions`` through the load generator's closed loop (``loadtest --generate``
+    measures the same way); TTFT and ITL are taken when each chunk arrives at the client.
+    ``warmup`` is sent (and not measured) first. Returns the result and the /metrics text."""
     import asyncio
+    import urllib.request
 
-    from inference_pipeline.generation.routes import GenerationService
-    from inference_pipeline.loadtest.generation import token_timings
+    from inference_pipeline.generation.service import GenerationService
     from inference_pipeline.loadtest.generator import closed_loop_samples
 
     from inference_pipeline_harness.serving_fixtures import threaded_server
 
-    service = GenerationService(engine, "bbc_gpt")
-    bodies = []
-    for r in requests:
-        prompt = r.prompt.decode("utf-8", "replace")  # may grow: a replacement is 3 bytes
-        budget = engine.config.max_positions - len(prompt.encode())
-        params = {"max_tokens": min(r.max_new_tokens, budget)}
-        bodies.append(json.dumps({"text_input": prompt, "parameters": params}).encode())
+    service = GenerationService(engine, model)
+
+    def body(r: GenerationRequest) -> bytes:  # byte ids: the prompt's exact bytes
+        return completion_body(model, list(r.prompt), r.max_new_tokens)
+
+    bodies = [body(r) for r in requests]
     with threaded_server([], generation=(service,)) as (url, _):
         host, port = url.removeprefix("http://").split(":")
+
+        def replay(payloads: list[bytes], clients: int):
+            return asyncio.run(
+                closed_loop_samples(host, int(port), COMPLETIONS_PATH, payloads, clients,
+                                    3600.0, len(payloads), 0.0, 600.0, stream=True)
+            )  # fmt: skip
+
+        if warmup is not None:
+            replay([body(warmup)], 1)
         start = time.perf_counter()
-        samples, _ = asyncio.run(
-            closed_loop_samples(host, int(port), "/v2/models/bbc_gpt/generate_stream", bodies,
-                                concurrency, 3600.0, len(bodies), 0.0, 600.0, stream=True)
-        )  # fmt: skip
+        samples, _ = replay(bodies, concurrency)
         seconds = time.perf_counter() - start
+        with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
+            metrics = response.read().decode()
     failed = [s.status for s in samples if s.status != 200]
     if failed:
         raise RuntimeError(f"{len(failed)} streams failed; statuses {sorted(set(failed))}")
-    ttfts, gaps = token_timings(samples)
-    return _summarize(
-        engine, concurrency, seconds, ttfts, gaps, sum(len(s.arrivals) for s in samples)
-    )
+    return _summarize(engine, concurrency, seconds, samples, slo), metrics
 
 
-def make_engine(kind: str, step: StepFunction, concurrency: int):
-    if kind == "continuous":
-        return ContinuousBatchingEngine(step, max_batch=concurrency, prefill_chunk=32)
-    return StaticBatchingEngine(step, batch_size=concurrency, max_wait_s=0.05)
+def make_engine(
+    kind: str,
+    step: StepFunction,
+    concurrency: int,
+    budget: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    num_blocks: int | None = None,
+    prefix_caching: bool = True,
+):
+    """ "static", "continuous" (blocks on demand) or "reserve-up-front" (continuous, blocks for
+    prompt + max_tokens taken at admission)."""
+    if kind == "static":
+        return StaticBatchingEngine(step, batch_size=concurrency, max_wait_s=0.05)
+    return ContinuousBatchingEngine(
+        step, max_num_seqs=concurrency, max_num_batched_tokens=max(budget, concurrency),
+        num_blocks=num_blocks, prefix_caching=prefix_caching,
+        reserve_up_front=kind == "reserve-up-front",
+    )  # fmt: skip
 
 
 def median_result(runs: list[RunResult]) -> RunResult:
@@ -217,8 +283,11 @@ def benchmark(
         runs: dict[str, list[RunResult]] = {"static": [], "continuous": []}
         for round_index in range(rounds):
             for kind in runs:
-                load = run_load_http if over_http else run_load
-                result = load(make_engine(kind, step, concurrency), requests, concurrency)
+                engine = make_engine(kind, step, concurrency)
+                if over_http:
+                    result, _ = run_load_http(engine, requests, concurrency)
+                else:
+                    result = run_load(engine, requests, concurrency)
                 progress(
                     f"  round {round_index + 1}/{rounds} {kind:10s} C={concurrency:2d}: "
                     f"{result.tokens_per_s:7.1f} tok/s  TTFT p50 {result.ttft_p50_ms:7.1f} ms  "
@@ -227,6 +296,148 @@ def benchmark(
                 )
                 runs[kind].append(result)
         results += [median_result(r) for r in runs.values()]
+    return results
+
+
+def metric_value(metrics: str, name: str, model: str) -> float:
+    """One sample of a Prometheus text exposition (0 when absent)."""
+    head = f'{name}{{model_name="{model}"}} '
+    for line in metrics.splitlines():
+        if line.startswith(head):
+            return float(line[len(head) :])
+    return 0.0
+
+
+def prefix_benchmark(
+    step: StepFunction,
+    text: np.ndarray,
+    concurrency: int,
+    requests_per_client: int,
+    rounds: int,
+    progress=print,
+) -> dict:
+    """Every prompt = one shared 128-byte prefix + 16-47 own bytes, over the OpenAI route:
+    prefix caching off vs on, alternating rounds. The hit rate is read from /metrics and set
+    against the workload's: each measured request can hit exactly the prefix's 8 blocks (one
+    warm-up request, not measured, fills the cache first)."""
+    prefix = bytes(text[:SHARED_PREFIX_BYTES])
+    requests = workload(text[SHARED_PREFIX_BYTES:], concurrency * requests_per_client,
+                        step.config.max_positions, seed=99, prefix=prefix)  # fmt: skip
+    warmup = GenerationRequest(prefix + b" warm-up", 1)
+    queried = len(warmup.prompt) + sum(len(r.prompt) for r in requests)
+    expected = SHARED_PREFIX_BYTES * len(requests) / queried
+    runs: dict[str, list[RunResult]] = {"off": [], "on": []}
+    rates = []
+    for round_index in range(rounds):
+        for mode in runs:
+            model = f"prefix_{mode}_{round_index}"  # the metrics are per model name
+            engine = make_engine("continuous", step, concurrency, prefix_caching=mode == "on")
+            result, metrics = run_load_http(engine, requests, concurrency, warmup=warmup,
+                                            model=model)  # fmt: skip
+            if mode == "on":
+                hits = metric_value(metrics, "vllm:prefix_cache_hits_total", model)
+                asked = metric_value(metrics, "vllm:prefix_cache_queries_total", model)
+                rates.append(hits / asked)
+            progress(
+                f"  prefix round {round_index + 1}/{rounds} caching {mode:3s}: "
+                f"TTFT p50 {result.ttft_p50_ms:6.1f} ms, {result.tokens_per_s:7.1f} tok/s"
+            )
+            runs[mode].append(result)
+    off, on = median_result(runs["off"]), median_result(runs["on"])
+    return {
+        "concurrency": concurrency,
+        "off": asdict(off),
+        "on": asdict(on),
+        "ttft_p50_speedup": off.ttft_p50_ms / on.ttft_p50_ms,
+        "hit_rate_metrics": float(np.median(rates)),
+        "hit_rate_workload": expected,
+    }
+
+
+def memory_benchmark(
+    step: StepFunction,
+    text: np.ndarray,
+    concurrency: int,
+    requests_per_client: int,
+    num_blocks: int,
+    rounds: int,
+    progress=print,
+) -> dict:
+    """The main workload in a KV pool of ``num_blocks`` blocks: blocks on demand (with
+    preemption) vs reserve-up-front, alternating rounds; sequences running at the peak."""
+    requests = workload(text, concurrency * requests_per_client, step.config.max_positions,
+                        seed=concurrency)  # fmt: skip
+    runs: dict[str, list[RunResult]] = {"reserve-up-front": [], "continuous": []}
+    for round_index in range(rounds):
+        for kind in runs:
+            engine = make_engine(kind, step, concurrency, num_blocks=num_blocks)
+            result = run_load(engine, requests, concurrency)
+            progress(
+                f"  memory round {round_index + 1}/{rounds} {kind:16s}: peak running "
+                f"{result.peak_running:.0f}, {result.preemptions:.0f} preemptions, "
+                f"{result.tokens_per_s:7.1f} tok/s"
+            )
+            runs[kind].append(result)
+    upfront, on_demand = (median_result(r) for r in runs.values())
+    return {
+        "concurrency": concurrency,
+        "num_blocks": num_blocks,
+        "kv_slots": num_blocks * 16,
+        "reserve_up_front": asdict(upfront),
+        "on_demand": asdict(on_demand),
+        "peak_running_ratio": on_demand.peak_running / upfront.peak_running,
+    }
+
+
+def budget_sweep(
+    step: StepFunction,
+    text: np.ndarray,
+    concurrency: int,
+    requests_per_client: int,
+    budgets: list[int],
+    rounds: int,
+    progress=print,
+) -> list[dict]:
+    """Continuous batching at ``concurrency`` per token budget (max_num_batched_tokens),
+    in process, alternating rounds: what the knob trades."""
+    requests = workload(text, concurrency * requests_per_client, step.config.max_positions,
+                        seed=concurrency)  # fmt: skip
+    runs: dict[int, list[RunResult]] = {b: [] for b in budgets}
+    for round_index in range(rounds):
+        for budget in budgets:
+            engine = make_engine("continuous", step, concurrency, budget=budget)
+            result = run_load(engine, requests, concurrency)
+            progress(
+                f"  budget round {round_index + 1}/{rounds} {budget:4d} tokens: "
+                f"{result.tokens_per_s:7.1f} tok/s, TTFT p50 {result.ttft_p50_ms:6.1f} ms, "
+                f"ITL p99 {result.itl_p99_ms:5.1f} ms"
+            )
+            runs[budget].append(result)
+    return [{"budget": b, **asdict(median_result(r))} for b, r in runs.items()]
+
+
+def pass_cost(
+    step: StepFunction,
+    rows: int = 16,
+    widths: tuple[int, ...] = (50, 100, 200, 250),
+    repeats: int = 30,
+) -> list[dict]:
+    """One decode pass (1 new token per row) against a dense past of each width: median and
+    minimum milliseconds. What a dense batch pays for its longest row."""
+    c = step.config
+    results = []
+    for width in widths:
+        past = [np.zeros((rows, c.n_head, width, c.head_dim), np.float32)] * (2 * c.n_layer)
+        tokens = np.zeros((rows, 1), np.int64)
+        positions = np.full((rows, 1), min(width, c.max_positions - 1), np.int64)
+        mask = np.ones((rows, width + 1), np.int64)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            step(tokens, positions, mask, past)
+            times.append(time.perf_counter() - start)
+        results.append({"rows": rows, "past": width, "median_ms": 1e3 * float(np.median(times)),
+                        "min_ms": 1e3 * min(times)})  # fmt: skip
     return results
 
 
@@ -276,6 +487,9 @@ def plot(results: list[RunResult], path: Path) -> Path:
     return path
 
 
+EXPERIMENTS = ("batching", "prefix", "memory", "budget", "passcost")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="generation_bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="concurrency 16 only, fewer requests")
@@ -285,22 +499,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads")
     parser.add_argument("--int8", action="store_true", help="serve the INT8 graph")
     parser.add_argument(
-        "--http", action="store_true", help="through the SSE route on a loopback uvicorn"
+        "--http", action="store_true", help="through the OpenAI route on a loopback uvicorn"
     )
+    parser.add_argument(
+        "--experiments", default="batching",
+        help=f"comma-separated, of {','.join(EXPERIMENTS)} (prefix always goes over HTTP)",
+    )  # fmt: skip
+    parser.add_argument("--kv-blocks", type=int, default=64, help="the memory experiment's pool")
+    parser.add_argument("--budgets", default="16,32,48,96,256", help="the budget sweep's values")
+    parser.add_argument(
+        "--train-seconds", type=float, default=900.0,
+        help="the GPT checkpoint's training budget (a shorter one trains fast; speed does not "
+        "depend on the weights)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("report/generation"))
     args = parser.parse_args(argv)
     try:
         concurrencies = [int(c) for c in args.concurrency.split(",")]
+        budgets = [int(b) for b in args.budgets.split(",")]
+        experiments = args.experiments.split(",")
         if (
             not concurrencies
             or min(concurrencies) < 1
-            or min(args.requests_per_client, args.rounds) < 1
+            or min(budgets) < 1
+            or min(args.requests_per_client, args.rounds, args.kv_blocks) < 1
+            or not set(experiments) <= set(EXPERIMENTS)
+            or args.train_seconds <= 0
         ):
             raise ValueError
     except ValueError:
         print(
-            "error: --concurrency needs positive integers (e.g. 1,4,16); "
-            "--requests-per-client and --rounds must be >= 1",
+            "error: --concurrency and --budgets need positive integers (e.g. 1,4,16); "
+            "--requests-per-client, --rounds, --kv-blocks and --train-seconds must be positive; "
+            f"--experiments takes {','.join(EXPERIMENTS)}",
             file=sys.stderr,
         )
         return 2
@@ -311,43 +542,69 @@ def main(argv: list[str] | None = None) -> int:
 
     from inference_pipeline.generation.artifacts import load_artifacts
     from inference_pipeline.generation.runtime import OrtStep
-    from inference_pipeline.generation.train import corpus_bytes
+    from inference_pipeline.generation.train import TrainSettings, corpus_bytes
 
-    artifacts = load_artifacts()
+    artifacts = load_artifacts(settings=TrainSettings(seconds=args.train_seconds))
     path = artifacts.files.onnx_int8 if args.int8 else artifacts.files.onnx_fp32
     step = OrtStep(path, artifacts.model.config, threads=args.threads)
     _, held_out = corpus_bytes()
-    print(
-        f"generation bench: {path.name}, concurrency {concurrencies}, "
-        f"{args.requests_per_client} requests per client, output lengths {OUTPUT_LENGTHS}"
-    )
-    results = benchmark(
-        step,
-        held_out,
-        sorted(set(concurrencies)),
-        args.requests_per_client,
-        args.rounds,
-        over_http=args.http,
-    )
-    summary = verdict(results)
     args.out.mkdir(parents=True, exist_ok=True)
     suffix = "_http" if args.http else ""
-    figure = plot(results, args.out / f"generation_batching{suffix}.png")
-    report = {
+    report: dict = {
         "model": str(path),
+        "train_seconds": args.train_seconds,
         "machine": "shared 2-core CPU (other jobs running; compare ratios, not absolutes)",
         "output_lengths": dict(zip(map(str, OUTPUT_LENGTHS), OUTPUT_WEIGHTS, strict=True)),
         "rounds": args.rounds,
-        "transport": "HTTP SSE, loopback uvicorn" if args.http else "in process",
-        "results (median of rounds)": [asdict(r) for r in results],
-        "verdict": summary,
+        "slo": asdict(SLO),
+        "max_num_batched_tokens": DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        "transport": "HTTP SSE /v1/completions, loopback uvicorn" if args.http else "in process",
     }
-    (args.out / f"generation_bench{suffix}.json").write_text(json.dumps(report, indent=2))
+    per_client, rounds = args.requests_per_client, args.rounds
     print(
-        f"continuous/static at C=16: {summary['tokens_per_s_speedup']:.2f}x tokens/s, "
-        f"p99 ITL ratio {summary['itl_p99_ratio']:.2f} -> target "
-        f"{'met' if summary['target_met'] else 'missed'}; plot {figure}"
+        f"generation bench: {path.name}, experiments {experiments}, concurrency "
+        f"{concurrencies}, {per_client} requests per client, output lengths {OUTPUT_LENGTHS}"
     )
+    if "batching" in experiments:
+        results = benchmark(step, held_out, sorted(set(concurrencies)), per_client, rounds,
+                            over_http=args.http)  # fmt: skip
+        summary = verdict(results)
+        figure = plot(results, args.out / f"generation_batching{suffix}.png")
+        report["results (median of rounds)"] = [asdict(r) for r in results]
+        report["verdict"] = summary
+        print(
+            f"continuous/static at C=16: {summary['tokens_per_s_speedup']:.2f}x tokens/s, "
+            f"p99 ITL ratio {summary['itl_p99_ratio']:.2f} -> target "
+            f"{'met' if summary['target_met'] else 'missed'}; plot {figure}"
+        )
+    if "prefix" in experiments:
+        prefix = prefix_benchmark(step, held_out, 16, per_client, rounds)
+        report["prefix_caching"] = prefix
+        print(
+            f"prefix caching at C=16: TTFT p50 {prefix['off']['ttft_p50_ms']:.1f} -> "
+            f"{prefix['on']['ttft_p50_ms']:.1f} ms ({prefix['ttft_p50_speedup']:.2f}x); hit "
+            f"rate {prefix['hit_rate_metrics']:.3f} on /metrics, "
+            f"{prefix['hit_rate_workload']:.3f} by the workload"
+        )
+    if "memory" in experiments:
+        memory = memory_benchmark(step, held_out, 16, per_client, args.kv_blocks, rounds)
+        report["kv_memory"] = memory
+        print(
+            f"{args.kv_blocks} KV blocks at C=16: peak running "
+            f"{memory['reserve_up_front']['peak_running']:.0f} reserve-up-front vs "
+            f"{memory['on_demand']['peak_running']:.0f} on demand "
+            f"({memory['peak_running_ratio']:.2f}x), "
+            f"{memory['on_demand']['preemptions']:.0f} preemptions"
+        )
+    if "budget" in experiments:
+        report["budget_sweep"] = budget_sweep(step, held_out, 16, per_client, budgets, rounds)
+    if "passcost" in experiments:
+        report["pass_cost"] = pass_cost(step)
+        for row in report["pass_cost"]:
+            print(f"  decode pass, {row['rows']} rows x {row['past']} past positions: "
+                  f"median {row['median_ms']:.2f} ms, min {row['min_ms']:.2f} ms")  # fmt: skip
+    (args.out / f"generation_bench{suffix}.json").write_text(json.dumps(report, indent=2))
+    print(f"wrote {args.out / f'generation_bench{suffix}.json'}")
     return 0
 
 

@@ -34,10 +34,10 @@ def _tiny_model() -> GPT:
 
 
 def _join_check(step, prompts: list[bytes]) -> Check:
-    engine = ContinuousBatchingEngine(step, max_batch=4, prefill_chunk=16)
+    engine = ContinuousBatchingEngine(step, max_num_seqs=4, max_num_batched_tokens=20)
     alone = []
     for prompt in prompts:
-        solo = ContinuousBatchingEngine(step, max_batch=1)
+        solo = ContinuousBatchingEngine(step, max_num_seqs=1)
         handle = solo.submit(GenerationRequest(prompt, 24))
         solo.run_until_idle()
         alone.append(handle.tokens)

@@ -14,6 +14,7 @@ from inference_pipeline.generation.model import GPT, TINY_CONFIG, GPTConfig, gre
 from inference_pipeline.generation.paged_cache import OutOfBlocks, PagedKVCache
 from inference_pipeline.generation.requests import GenerationRequest
 from inference_pipeline.generation.runtime import TorchStep
+from inference_pipeline.generation.sampling import SamplingParams
 from inference_pipeline_harness.serving_fixtures import one_torch_thread
 
 PROMPTS = [
@@ -64,7 +65,9 @@ class CountingStep:
 
 def test_request_joining_mid_batch_gets_the_tokens_it_gets_alone(model: GPT) -> None:
     alone = [greedy_no_cache(model, p, 20) for p in PROMPTS]
-    engine = ContinuousBatchingEngine(TorchStep(model), max_batch=3, prefill_chunk=8, block_size=4)
+    engine = ContinuousBatchingEngine(
+        TorchStep(model), max_num_seqs=3, max_num_batched_tokens=11, block_size=4
+    )
     handles = [engine.submit(GenerationRequest(PROMPTS[0], 20))]
     for _ in range(5):  # the first request is already decoding when the others arrive
         engine.step()
@@ -90,7 +93,7 @@ def test_static_batching_gives_the_same_greedy_tokens(model: GPT) -> None:
 
 
 def test_cancellation_frees_the_blocks_and_ends_the_stream() -> None:
-    engine = ContinuousBatchingEngine(CountingStep(), max_batch=2, block_size=4)
+    engine = ContinuousBatchingEngine(CountingStep(), max_num_seqs=2, block_size=4)
     keep = engine.submit(GenerationRequest(b"a", 40))
     drop = engine.submit(GenerationRequest(b"b" * 10, 40))
     for _ in range(3):
@@ -111,37 +114,49 @@ def test_cancellation_frees_the_blocks_and_ends_the_stream() -> None:
     assert keep.finish_reason == "length" and len(keep.tokens) == 40
 
 
+def counted(prompt: bytes, count: int) -> list[int]:
+    """What CountingStep generates after ``prompt``: the last byte + 1, + 2, ..."""
+    return [(prompt[-1] + 1 + i) % 256 for i in range(count)]
+
+
 def test_block_accounting_never_leaks_over_1000_random_requests() -> None:
+    """Random prompts (many sharing prefixes), lengths, stop sequences and cancellations on a
+    pool too small for the running batch: blocks are preempted, shared and evicted, and
+    ``check()`` holds after every step; every answer is the one it gets alone."""
     rng = np.random.default_rng(0)
-    step = CountingStep()
+    prefixes = [bytes(rng.integers(97, 123, size=12).tolist()) for _ in range(4)]
     engine = ContinuousBatchingEngine(
-        step, max_batch=8, num_blocks=40, block_size=4, prefill_chunk=16
+        CountingStep(), max_num_seqs=8, max_num_batched_tokens=24, num_blocks=24, block_size=4
     )
     handles = []
     for _ in range(1000):
-        prompt = bytes(rng.integers(97, 123, size=int(rng.integers(1, 30))).tolist())
+        tail = bytes(rng.integers(97, 123, size=int(rng.integers(1, 18))).tolist())
+        prompt = (prefixes[int(rng.integers(4))] + tail) if rng.random() < 0.5 else tail
         stop = (bytes([int(rng.integers(97, 123))]),) if rng.random() < 0.3 else ()
         handles.append(engine.submit(GenerationRequest(prompt, int(rng.integers(1, 34)), stop)))
         for _ in range(int(rng.integers(0, 3))):
             engine.step()
             engine.cache.check()
-            assert engine.cache.used_blocks <= engine.cache.num_blocks
         if rng.random() < 0.1:
             handles[int(rng.integers(len(handles)))].cancel()
-    engine.run_until_idle()
+    while engine.step():
+        engine.cache.check()
     engine.cache.check()
     assert engine.cache.free_blocks == engine.cache.num_blocks and not engine.cache.tables
+    stats = engine.scheduler.stats
+    assert stats.preemptions > 0 and stats.prefix_hit_tokens > 0 and engine.cache.evictions > 0
     reasons = {h.finish_reason for h in handles}
     assert all(h.done for h in handles) and reasons <= {"length", "stop", "cancelled"}
     assert {"length", "stop", "cancelled"} <= reasons
     for h in handles:
         assert len(h.tokens) <= h.request.max_new_tokens
+        assert h.tokens == counted(h.request.prompt, len(h.tokens))
         if h.finish_reason == "length":
             assert len(h.tokens) == h.request.max_new_tokens
 
 
 def test_stop_sequence_ends_the_request_and_is_not_streamed() -> None:
-    engine = ContinuousBatchingEngine(CountingStep(), max_batch=2)
+    engine = ContinuousBatchingEngine(CountingStep(), max_num_seqs=2)
     # CountingStep continues "a" with "bcdefg..."; "de" must stop it after "bc".
     handle = engine.submit(GenerationRequest(b"a", 30, stop=(b"de", b"zz")))
     engine.run_until_idle()
@@ -152,19 +167,120 @@ def test_stop_sequence_ends_the_request_and_is_not_streamed() -> None:
     assert streamed == b"bc"  # "d" was held back until it proved to start the stop sequence
 
 
-def test_admission_waits_for_blocks_and_limits_are_enforced() -> None:
-    step = CountingStep()
-    engine = ContinuousBatchingEngine(step, max_batch=4, num_blocks=4, block_size=4, max_queue=2)
-    first = engine.submit(GenerationRequest(b"a", 15))  # needs all 4 blocks
-    second = engine.submit(GenerationRequest(b"b", 3))
+def test_reserve_up_front_waits_for_blocks_on_demand_does_not() -> None:
+    def engine(reserve: bool) -> ContinuousBatchingEngine:
+        return ContinuousBatchingEngine(
+            CountingStep(), max_num_seqs=4, num_blocks=5, block_size=4, max_queue=2,
+            reserve_up_front=reserve,
+        )  # fmt: skip
+
+    upfront = engine(True)
+    first = upfront.submit(GenerationRequest(b"a", 15))  # reserves 4 of the 5 blocks
+    second = upfront.submit(GenerationRequest(b"bcdef", 3))  # needs 2
     with pytest.raises(QueueFull):
-        engine.submit(GenerationRequest(b"c", 3))
-    engine.step()
-    assert [s.handle for s in engine.running] == [first]  # second waits for blocks
-    engine.run_until_idle()
-    assert second.finish_reason == "length"
+        upfront.submit(GenerationRequest(b"c", 3))
+    upfront.step()
+    assert [s.handle for s in upfront.running] == [first]  # second waits for blocks
+    upfront.run_until_idle()
+    assert second.finish_reason == "length" and upfront.scheduler.stats.peak_running == 1
+    on_demand = engine(False)
+    first = on_demand.submit(GenerationRequest(b"a", 15))
+    second = on_demand.submit(GenerationRequest(b"bcdef", 3))
+    on_demand.step()
+    assert [s.handle for s in on_demand.running] == [first, second]  # each holds what it wrote
+    on_demand.run_until_idle()
+    assert first.tokens == counted(b"a", 15) and second.tokens == counted(b"bcdef", 3)
     with pytest.raises(ValueError, match="exceeds"):
-        engine.submit(GenerationRequest(b"a" * 60, 10))
+        on_demand.submit(GenerationRequest(b"a" * 60, 10))
+    with pytest.raises(ValueError, match="cache blocks"):
+        on_demand.submit(GenerationRequest(b"a", 30))  # 31 tokens > 5 blocks of 4
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_preempted_requests_resume_and_match_an_unconstrained_run(
+    model: GPT, temperature: float
+) -> None:
+    """A pool too small for the running batch: sequences are preempted (recompute) and
+    resumed; every output equals the run with room for all (greedy, and seeded sampling)."""
+    sampling = SamplingParams(temperature, top_k=20, seed=7) if temperature else SamplingParams()
+
+    def run(num_blocks: int | None) -> tuple[list[list[int]], ContinuousBatchingEngine]:
+        engine = ContinuousBatchingEngine(
+            TorchStep(model), max_num_seqs=4, max_num_batched_tokens=12, block_size=4,
+            num_blocks=num_blocks, prefix_caching=False,
+        )  # fmt: skip
+        handles = [engine.submit(GenerationRequest(p, 24, sampling=sampling)) for p in PROMPTS]
+        while engine.step():
+            engine.cache.check()
+        return [h.tokens for h in handles], engine
+
+    roomy, unconstrained = run(None)
+    tight, constrained = run(18)  # the four need 12 + 7 + 18 + 14 blocks at their ends
+    assert unconstrained.scheduler.stats.preemptions == 0
+    assert constrained.scheduler.stats.preemptions >= 2
+    assert tight == roomy
+    if not temperature:
+        assert roomy == [greedy_no_cache(model, p, 24) for p in PROMPTS]
+    assert constrained.cache.free_blocks == constrained.cache.num_blocks
+
+
+def test_prefix_cache_reuses_shared_blocks_and_changes_no_token(model: GPT) -> None:
+    shared = b"The Bank of England said on Monday that "  # 40 bytes = 10 blocks of 4
+    prompts = [shared + tail for tail in (b"rates", b"it would", b"the pound", b"x")]
+    engine = ContinuousBatchingEngine(
+        TorchStep(model), max_num_seqs=4, max_num_batched_tokens=20, block_size=4
+    )
+    first = engine.submit(GenerationRequest(prompts[0], 12))
+    engine.run_until_idle()  # its blocks stay cached after it finishes
+    prefilled = engine.stats.prefill_tokens
+    later = [engine.submit(GenerationRequest(p, 12)) for p in prompts[1:]]
+    engine.run_until_idle()
+    assert [h.tokens for h in [first, *later]] == [greedy_no_cache(model, p, 12) for p in prompts]
+    stats = engine.scheduler.stats
+    assert stats.prefix_hit_tokens == 3 * len(shared)  # the three later ones hit all 10 blocks
+    assert stats.prefix_queried_tokens == sum(map(len, prompts))
+    assert engine.stats.prefill_tokens - prefilled == sum(len(p) - len(shared) for p in prompts[1:])
+    engine.cache.check()
+
+
+def test_lru_eviction_reclaims_unreferenced_cached_blocks(model: GPT) -> None:
+    engine = ContinuousBatchingEngine(
+        TorchStep(model), max_num_seqs=2, max_num_batched_tokens=20, block_size=4, num_blocks=16
+    )
+    old, recent = b"a" * 22 + b"!", b"b" * 22 + b"?"  # + 4 generated: 7 blocks, 6 full
+    for prompt in (old, recent):
+        engine.submit(GenerationRequest(prompt, 4))
+        engine.run_until_idle()
+    assert engine.cache.evictions == 0 and engine.cache.free_blocks == 16  # cached, evictable
+    fresh = engine.submit(GenerationRequest(b"c" * 32, 8))  # 10 blocks: 4 never cached + 6
+    engine.run_until_idle()
+    assert engine.cache.evictions == 6 and fresh.tokens == greedy_no_cache(model, b"c" * 32, 8)
+    stats = engine.scheduler.stats
+    hits = stats.prefix_hit_tokens
+    again = [engine.submit(GenerationRequest(p, 4)) for p in (recent, old)]
+    engine.run_until_idle()
+    assert stats.prefix_hit_tokens - hits == 20  # recent's 5 blocks survived, old's were evicted
+    assert [h.tokens for h in again] == [greedy_no_cache(model, p, 4) for p in (recent, old)]
+    engine.cache.check()
+
+
+def test_forked_sequences_copy_a_shared_block_on_write() -> None:
+    config = GPTConfig(n_layer=1, n_head=1, d_model=2, max_positions=32)
+    cache = PagedKVCache(config, num_blocks=4, block_size=4)
+    ones = np.ones((1, 1, 3, 2), np.float32)
+    cache.ensure(1, 3)
+    cache.append(1, [5, 6, 7], ones, ones)
+    cache.fork(1, 2)  # both hold the same partial block
+    assert cache.used_blocks == 1
+    cache.append(1, [8], 2 * ones[:, :, :1], 2 * ones[:, :, :1])
+    cache.append(2, [9], 3 * ones[:, :, :1], 3 * ones[:, :, :1])
+    cache.check()
+    assert cache.copies_on_write == 1 and cache.used_blocks == 2
+    past, _ = cache.gather([1, 2])
+    np.testing.assert_array_equal(past[0][:, 0, :, 0], [[1, 1, 1, 2], [1, 1, 1, 3]])
+    assert cache.release(1) == 1 and cache.release(2) == 1
+    cache.check()
+    assert cache.free_blocks == 4
 
 
 def test_paged_gather_returns_what_was_appended() -> None:
@@ -173,10 +289,11 @@ def test_paged_gather_returns_what_was_appended() -> None:
     rng = np.random.default_rng(1)
     written = {}
     for seq_id, length in ((1, 7), (2, 2), (3, 11)):
-        cache.reserve(seq_id, length)
+        cache.ensure(seq_id, length)
         keys = rng.standard_normal((2, 2, length, 2)).astype(np.float32)
-        cache.append(seq_id, keys[:, :, :4], keys[:, :, :4] + 1)
-        cache.append(seq_id, keys[:, :, 4:], keys[:, :, 4:] + 1)
+        ids = list(range(seq_id, seq_id + length))
+        cache.append(seq_id, ids[:4], keys[:, :, :4], keys[:, :, :4] + 1)
+        cache.append(seq_id, ids[4:], keys[:, :, 4:], keys[:, :, 4:] + 1)
         written[seq_id] = keys
     past, lengths = cache.gather([3, 1, 2])
     assert lengths.tolist() == [11, 7, 2] and past[0].shape == (3, 2, 12, 2)  # 4 blocks of 3
@@ -188,7 +305,9 @@ def test_paged_gather_returns_what_was_appended() -> None:
                 past[2 * layer + 1][row, :, :n], written[seq_id][layer] + 1
             )
     with pytest.raises(OutOfBlocks):
-        cache.append(2, np.zeros((2, 2, 2, 2), np.float32), np.zeros((2, 2, 2, 2), np.float32))
+        cache.append(
+            2, [0, 0], np.zeros((2, 2, 2, 2), np.float32), np.zeros((2, 2, 2, 2), np.float32)
+        )
     assert cache.release(3) == 4
     cache.check()
 
@@ -203,7 +322,7 @@ def test_a_failing_model_ends_requests_with_error_and_frees_blocks() -> None:
                 raise RuntimeError("model exploded")
             return super().__call__(*args)
 
-    engine = ContinuousBatchingEngine(FailsOnThirdPass(), max_batch=2, block_size=4)
+    engine = ContinuousBatchingEngine(FailsOnThirdPass(), max_num_seqs=2, block_size=4)
     handles = [
         engine.submit(GenerationRequest(b"a", 10)),
         engine.submit(GenerationRequest(b"b", 10)),

@@ -14,12 +14,12 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 from inference_pipeline.generation.engine import ContinuousBatchingEngine
-from inference_pipeline.generation.routes import (
+from inference_pipeline.generation.routes import attach
+from inference_pipeline.generation.service import (
     GENERATION_REGISTRY,
-    REQUESTS,
-    TOKENS,
+    GENERATION_TOKENS,
+    SUCCESS,
     GenerationService,
-    attach,
 )
 from inference_pipeline_harness.serving_fixtures import CountingStep
 from prometheus_client import generate_latest
@@ -28,7 +28,7 @@ from prometheus_client import generate_latest
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[int, GenerationService]]:
     service = GenerationService(
-        ContinuousBatchingEngine(CountingStep(0.002), max_batch=4, max_queue=8)
+        ContinuousBatchingEngine(CountingStep(0.002), max_num_seqs=4, max_queue=8)
     )
 
     @asynccontextmanager
@@ -130,17 +130,33 @@ def test_bad_requests_get_a_clear_error(server, path: str, body: dict, status: i
     assert set(json.loads(response.read())) == {"error"}
 
 
-def test_client_disconnect_cancels_and_frees_blocks(server) -> None:
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (
+            "/v2/models/bbc_gpt/generate_stream",
+            {"text_input": "a", "parameters": {"max_tokens": 250}},
+        ),
+        ("/v1/completions", {"model": "bbc_gpt", "prompt": "a", "max_tokens": 250, "stream": True}),
+        ("/v1/completions", {"model": "bbc_gpt", "prompt": "a", "max_tokens": 250}),
+    ],
+)
+def test_client_disconnect_cancels_and_frees_blocks(server, path: str, body: dict) -> None:
     port, service = server
-    cancelled_before = REQUESTS.labels("cancelled")._value.get()
+    cancelled = SUCCESS.labels("bbc_gpt", "cancelled")
+    cancelled_before = cancelled._value.get()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    body = json.dumps({"text_input": "a", "parameters": {"max_tokens": 250}})
-    conn.request(
-        "POST", "/v2/models/bbc_gpt/generate_stream", body, {"Content-Type": "application/json"}
-    )
-    response = conn.getresponse()
-    assert response.readline().startswith(b"data: ")
-    conn.close()  # walk away mid-stream
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    if not (path.endswith("_stream") or body.get("stream")):  # nothing comes before the end
+        engine = service.engine
+        deadline = time.monotonic() + 10
+        while not engine.running and time.monotonic() < deadline:
+            time.sleep(0.005)
+        conn.close()
+    else:
+        response = conn.getresponse()
+        assert response.readline().startswith(b"data: ")
+        conn.close()  # walk away mid-stream
     cache = service.engine.cache
     for _ in range(300):
         if cache.free_blocks == cache.num_blocks and not service.engine.running:
@@ -149,14 +165,66 @@ def test_client_disconnect_cancels_and_frees_blocks(server) -> None:
     assert cache.free_blocks == cache.num_blocks
     cache.check()
     # it ended because the client left, not because it ran out of tokens
-    assert REQUESTS.labels("cancelled")._value.get() == cancelled_before + 1
+    for _ in range(300):  # the route records the outcome once its stream loop ends
+        if cancelled._value.get() == cancelled_before + 1:
+            break
+        time.sleep(0.01)
+    assert cancelled._value.get() == cancelled_before + 1
 
 
 def test_metrics_count_tokens_and_latencies(server) -> None:
     port, _ = server
-    before = TOKENS._value.get()
+    tokens = GENERATION_TOKENS.labels("bbc_gpt")
+    before = tokens._value.get()
     events = sse_events(post(port, "/v2/models/bbc_gpt/generate_stream", {"text_input": "a"}))
     assert events[-1]["finish_reason"] == "length"
-    assert TOKENS._value.get() == before + 64  # max_tokens defaults to 64
+    assert tokens._value.get() == before + 64  # max_tokens defaults to 64
     text = generate_latest(GENERATION_REGISTRY).decode()
-    assert "generation_inter_token_seconds_count" in text and "generation_queue_depth" in text
+    for name in (
+        "vllm:time_to_first_token_seconds_count", "vllm:inter_token_latency_seconds_count",
+        "vllm:e2e_request_latency_seconds_count", "vllm:request_queue_time_seconds_count",
+        'vllm:num_requests_running{model_name="bbc_gpt"}',
+        'vllm:num_requests_waiting{model_name="bbc_gpt"} 0.0',
+        'vllm:kv_cache_usage_perc{model_name="bbc_gpt"}',
+        'vllm:prefix_cache_queries_total{model_name="bbc_gpt"}',
+        'vllm:prefix_cache_hits_total{model_name="bbc_gpt"}',
+        'vllm:num_preemptions_total{model_name="bbc_gpt"} 0.0',
+    ):  # fmt: skip
+        assert name in text, name
+
+
+def test_openai_completion_and_raw_sse_of_the_counting_model(server) -> None:
+    port, _ = server
+    body = {"model": "bbc_gpt", "prompt": "k", "max_tokens": 20, "stop": "pq", "temperature": 0}
+    answer = json.loads(post(port, "/v1/completions", body).read())
+    assert (
+        answer["choices"][0]["text"] == "lmno" and answer["choices"][0]["finish_reason"] == "stop"
+    )
+    assert answer["usage"] == {"prompt_tokens": 1, "completion_tokens": 6, "total_tokens": 7}
+    stream = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    raw = post(port, "/v1/completions", stream).read().decode()
+    assert raw.endswith("data: [DONE]\n\n")
+    events = [json.loads(e[6:]) for e in raw.split("\n\n") if e.startswith("data: {")]
+    assert "".join(c["choices"][0]["text"] for c in events if c["choices"]) == "lmno"
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 6
+
+
+def metric(text: str, name: str) -> float:
+    head = f'{name}{{model_name="bbc_gpt"}} '
+    return next(float(line[len(head) :]) for line in text.splitlines() if line.startswith(head))
+
+
+def test_prefix_cache_hits_on_metrics_match_the_shared_blocks(server) -> None:
+    port, _ = server
+    shared = "The Bank of England said on Monday that it would "  # 50 bytes: 3 full blocks
+    before = generate_latest(GENERATION_REGISTRY).decode()
+    prompts = [shared + "raise rates", shared + "hold"]
+    for prompt in prompts:  # one after the other: the first one's blocks are cached
+        body = {"model": "bbc_gpt", "prompt": prompt, "max_tokens": 4, "temperature": 0}
+        answer = json.loads(post(port, "/v1/completions", body).read())
+        assert answer["usage"]["completion_tokens"] == 4
+    after = generate_latest(GENERATION_REGISTRY).decode()
+    hits = metric(after, "vllm:prefix_cache_hits_total")
+    queries = metric(after, "vllm:prefix_cache_queries_total")
+    assert hits - metric(before, "vllm:prefix_cache_hits_total") == 48
+    assert queries - metric(before, "vllm:prefix_cache_queries_total") == sum(map(len, prompts))

@@ -23,7 +23,7 @@ class FixedDistributionStep:
 
 
 def run(requests: list[GenerationRequest]) -> list[list[int]]:
-    engine = ContinuousBatchingEngine(FixedDistributionStep(), max_batch=4)
+    engine = ContinuousBatchingEngine(FixedDistributionStep(), max_num_seqs=4)
     handles = [engine.submit(r) for r in requests]
     engine.run_until_idle()
     return [h.tokens for h in handles]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import signal
 import threading
 import time
@@ -12,10 +13,13 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 
+import openai
 import pytest
 from inference_pipeline.generation.engine import ContinuousBatchingEngine
-from inference_pipeline.generation.routes import GenerationService
+from inference_pipeline.generation.openai_routes import chat_prompt
+from inference_pipeline.generation.requests import GenerationRequest
 from inference_pipeline.generation.served import load_generation_service
+from inference_pipeline.generation.service import GenerationService
 from inference_pipeline.serving.models import generation_folders, load_repository
 from inference_pipeline_harness.serving_fixtures import (
     TINY_GPT,
@@ -106,7 +110,8 @@ def test_serve_cli_exposes_classifier_and_generation_routes_and_exits_0_on_sigte
         assert answer["text_output"] == "".join(e["text_output"] for e in events)
         assert answer["generated_tokens"] == 12
         metrics = get(url, "/metrics")[1].decode()
-        assert "inference_requests_total" in metrics and "generation_tokens_total" in metrics
+        assert f'inference_requests_total{{model="{TINY_GPT}",status="success"}} 2.0' in metrics
+        assert f'vllm:generation_tokens_total{{model_name="{TINY_GPT}"}} 24.0' in metrics
     assert process.returncode == 0
 
 
@@ -132,7 +137,7 @@ def test_malformed_generation_requests_get_one_v2_error(gated_server, body, stat
 
 def test_burst_beyond_the_generation_queue_is_rejected_at_once_and_loses_no_stream(gated_server):
     url, _, service, gate = gated_server
-    capacity = service.engine.max_queue + service.engine.max_batch  # queued + admitted
+    capacity = service.engine.max_queue + service.engine.scheduler.max_num_seqs  # + admitted
     burst = capacity + 4
     results: list[list[dict]] = []
     threads = [
@@ -145,18 +150,21 @@ def test_burst_beyond_the_generation_queue_is_rejected_at_once_and_loses_no_stre
     wait_until(lambda: len(results) >= burst - capacity, "the rejects")
     assert get(url, "/v2/health/ready")[0] == 200
     early = list(results)  # what came back while no stream could have finished
-    assert all(r[0].get("status") == 503 and "queue full" in r[0]["error"] for r in early)
+    assert all(r[0].get("status") == 429 and "queue full" in r[0]["error"] for r in early)
     gate.open.set()
     for thread in threads:
         thread.join(WAIT_S)
-    rejected = [r for r in results if r[0].get("status") == 503]
-    answered = [r for r in results if r[0].get("status") != 503]
+    rejected = [r for r in results if r[0].get("status") == 429]
+    answered = [r for r in results if r[0].get("status") != 429]
     assert len(answered) + len(rejected) == burst and len(answered) >= service.engine.max_queue
     assert all(r[-1]["finish_reason"] == "length" for r in answered)
     cache = service.engine.cache
     wait_until(lambda: cache.free_blocks == cache.num_blocks, "every block back")
     # the queue gauge follows the queue back to empty (not frozen at the last submit's depth)
-    assert "generation_queue_depth 0.0" in get(url, "/metrics")[1].decode()
+    assert (
+        f'vllm:num_requests_waiting{{model_name="{TINY_GPT}"}} 0.0'
+        in get(url, "/metrics")[1].decode()
+    )
 
 
 def test_sigterm_finishes_accepted_streams_and_refuses_new_ones(gated_server):
@@ -226,7 +234,7 @@ def test_one_shot_generate_stops_when_its_client_leaves_while_tokens_flow() -> N
     """/generate sends nothing until the end, so only a periodic check can see the client go;
     it must run while tokens keep coming (not only when the engine is idle)."""
     step = CountingStep(pass_s=0.02)  # a token every 20 ms: the engine is never idle
-    service = GenerationService(ContinuousBatchingEngine(step, max_batch=2), "cnt")
+    service = GenerationService(ContinuousBatchingEngine(step, max_num_seqs=2), "cnt")
     with threaded_server([], generation=(service,)) as (url, _):
         parts = urllib.parse.urlsplit(url)
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=WAIT_S)
@@ -237,3 +245,168 @@ def test_one_shot_generate_stops_when_its_client_leaves_while_tokens_flow() -> N
         wait_until(lambda: not service.engine.running, "the request to end")
     assert service.engine.stats.generated_tokens < 200  # cancelled, not run to max_tokens
     assert service.engine.cache.free_blocks == service.engine.cache.num_blocks
+
+
+# ---- the OpenAI-compatible routes, driven by the official client ---------------------------
+
+
+@pytest.fixture(scope="module")
+def openai_server() -> Iterator[tuple[str, GenerationService, ContinuousBatchingEngine]]:
+    """The tiny GPT folder served in process, and a second engine over the same graph: the
+    oracle for 'the engine's own greedy output'."""
+    folder = generation_folders(tiny_repository_with_gpt())[0]
+    service = load_generation_service(folder)
+    oracle = load_generation_service(folder).engine
+    with threaded_server([], generation=(service,)) as (url, _):
+        yield url, service, oracle
+
+
+def engine_greedy(engine: ContinuousBatchingEngine, prompt: bytes, max_tokens: int, stop=()):
+    handle = engine.submit(GenerationRequest(prompt, max_tokens, tuple(stop)))
+    engine.run_until_idle()
+    return handle
+
+
+def test_openai_client_completions_stream_and_not_equal_the_engines_greedy_output(openai_server):
+    url, _, oracle = openai_server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    assert [m.id for m in client.models.list().data] == [TINY_GPT]
+    prompt = "The Bank of England said"
+    expected = engine_greedy(oracle, prompt.encode(), 20)
+    text = bytes(expected.output).decode("utf-8", "replace")
+    answer = client.completions.create(model=TINY_GPT, prompt=prompt, max_tokens=20, temperature=0)
+    assert answer.choices[0].text == text and answer.choices[0].finish_reason == "length"
+    assert answer.object == "text_completion" and answer.model == TINY_GPT
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (len(prompt), 20)
+    assert answer.usage.total_tokens == len(prompt) + 20
+    chunks = list(
+        client.completions.create(
+            model=TINY_GPT, prompt=prompt, max_tokens=20, temperature=0, stream=True,
+            stream_options={"include_usage": True},
+        )
+    )  # fmt: skip
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 20
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_openai_client_chat_completions_use_the_declared_template(openai_server):
+    url, _, oracle = openai_server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    messages = [
+        {"role": "system", "content": "You write news."},
+        {"role": "user", "content": "Rates"},
+    ]
+    rendered = b"<|system|>\nYou write news.\n<|user|>\nRates\n<|assistant|>\n"
+    assert chat_prompt(messages).encode() == rendered
+    expected = engine_greedy(oracle, rendered, 16, stop=(b"\n<|",))
+    text = bytes(expected.output).decode("utf-8", "replace")
+    answer = client.chat.completions.create(
+        model=TINY_GPT, messages=messages, max_tokens=16, temperature=0
+    )
+    choice = answer.choices[0]
+    assert choice.message.role == "assistant" and choice.message.content == text
+    assert choice.finish_reason == expected.finish_reason
+    assert answer.usage.prompt_tokens == len(rendered)
+    assert answer.usage.completion_tokens == len(expected.tokens)
+    stream = client.chat.completions.create(
+        model=TINY_GPT, messages=messages, max_tokens=16, temperature=0, stream=True
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == text
+    assert chunks[-1].choices[0].finish_reason == expected.finish_reason
+
+
+def test_openai_bad_requests_get_openais_error_shape(openai_server):
+    url, service, _ = openai_server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.completions.create(model="nope", prompt="a", max_tokens=2)
+    assert missing.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as too_long:
+        client.completions.create(model=TINY_GPT, prompt="a", max_tokens=500)
+    assert "positions" in too_long.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as two:
+        client.completions.create(model=TINY_GPT, prompt="a", n=2)
+    assert two.value.body["param"] == "n"
+    for body in (
+        {"model": TINY_GPT, "prompt": "a", "temperature": "hot"},
+        {"model": TINY_GPT, "prompt": "a", "max_tokens": 0},
+        {"model": TINY_GPT, "prompt": "a", "frobnicate": 1},
+        {"model": TINY_GPT, "prompt": ""},
+        {"model": TINY_GPT, "prompt": "a", "stream_options": {"include_usage": True}},
+        {"prompt": "a"},
+        b"{not json",
+    ):
+        response = post(url, "/v1/completions", body)
+        answer = json.loads(response.read())
+        assert response.status == 400, answer
+        assert set(answer) == {"error"}
+        assert set(answer["error"]) == {"message", "type", "param", "code"}
+        assert answer["error"]["type"] == "invalid_request_error"
+    response = post(url, "/v1/chat/completions", {"model": TINY_GPT, "messages": [{"role": "x"}]})
+    assert response.status == 400 and json.loads(response.read())["error"]["param"]
+
+
+def test_openai_raw_sse_stream_ends_with_done_and_logprobs_match(openai_server):
+    url, _, oracle = openai_server
+    body = {
+        "model": TINY_GPT, "prompt": "Shares", "max_tokens": 8, "temperature": 0,
+        "stream": True, "logprobs": 2,
+    }  # fmt: skip
+    response = post(url, "/v1/completions", body)
+    assert response.status == 200
+    assert response.getheader("content-type").startswith("text/event-stream")
+    raw = response.read().decode()
+    events = [line[len("data: ") :] for line in raw.split("\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]" and raw.endswith("data: [DONE]\n\n")
+    chunks = [json.loads(e) for e in events[:-1]]
+    tokens = [t for c in chunks for t in c["choices"][0]["logprobs"]["token_logprobs"]]
+    expected = engine_greedy(oracle, b"Shares", 8)
+    assert len(tokens) == 8
+    tops = [t for c in chunks for t in c["choices"][0]["logprobs"]["top_logprobs"]]
+    for token, logprob, top in zip(expected.tokens, tokens, tops, strict=True):
+        # greedy: the chosen byte is the most likely one, so it heads its top list
+        best, value = next(iter(top.items()))
+        assert best in (chr(token), f"bytes:\\x{token:02x}") and value == pytest.approx(logprob)
+        assert logprob <= 0 and sum(math.exp(v) for v in top.values()) <= 1 + 1e-9
+
+
+def test_openai_queue_full_is_429_with_retry_after(gated_server):
+    url, _, service, gate = gated_server
+    body = {"model": TINY_GPT, "prompt": "a", "max_tokens": 3, "stream": True}
+    held = [post(url, "/v1/completions", body)]
+    wait_until(lambda: len(service.engine.running) == 1, "one admitted (held at the gate)")
+    held += [post(url, "/v1/completions", body) for _ in range(service.engine.max_queue)]
+    wait_until(
+        lambda: service.engine.queue_depth() == service.engine.max_queue, "the queue to fill"
+    )
+    refused = post(url, "/v1/completions", body)
+    answer = json.loads(refused.read())
+    assert refused.status == 429 and refused.getheader("retry-after") == "1"
+    assert answer["error"]["code"] == "rate_limit_exceeded"
+    gate.open.set()
+    for response in held:
+        assert response.status == 200 and response.read().endswith(b"data: [DONE]\n\n")
+
+
+def test_scheduler_knobs_come_from_the_folder_and_the_command_line(capsys) -> None:
+    from inference_pipeline.__main__ import main
+    from inference_pipeline.generation.engine import DEFAULT_MAX_NUM_BATCHED_TOKENS
+
+    repo = tiny_repository_with_gpt()
+    folder = generation_folders(repo)[0]
+    configured = load_generation_service(folder).engine.scheduler
+    assert configured.max_num_seqs == 4  # the folder's max_batch_size
+    assert configured.max_num_batched_tokens == DEFAULT_MAX_NUM_BATCHED_TOKENS
+    flags = load_generation_service(folder, max_num_seqs=3, max_num_batched_tokens=40)
+    assert (flags.engine.scheduler.max_num_seqs, flags.engine.scheduler.max_num_batched_tokens) == (
+        3,
+        40,
+    )
+    # a budget below the running cap cannot fit every decode: one line, exit 2, no server
+    assert main(["serve", str(repo), "--max-num-seqs", "8", "--max-num-batched-tokens", "4"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "max_num_batched_tokens >= max_num_seqs" in errors[0]

@@ -13,7 +13,9 @@ PASS_S = 0.02  # every model pass sleeps this long: a floor under TTFT and inter
 
 
 def test_generate_mode_reports_ttft_itl_and_tokens_per_level(tmp_path, capsys) -> None:
-    service = GenerationService(ContinuousBatchingEngine(CountingStep(PASS_S), max_batch=4), "cnt")
+    service = GenerationService(
+        ContinuousBatchingEngine(CountingStep(PASS_S), max_num_seqs=4), "cnt"
+    )
     with threaded_server([], generation=(service,)) as (url, _):
         outputs = ["--json", str(tmp_path / "gen.json"), "--plot", str(tmp_path / "gen.png")]
         argv = ["loadtest", "--url", url, "--model", "cnt", "--generate", "--concurrency", "1,4",
@@ -21,7 +23,7 @@ def test_generate_mode_reports_ttft_itl_and_tokens_per_level(tmp_path, capsys) -
                 *outputs]  # fmt: skip
         assert main(argv) == 0
     table = capsys.readouterr().out
-    assert "TTFT p50/p90/p99 ms" in table and "c=4" in table
+    assert "TTFT mean/p50/p99 ms" in table and "goodput/s" in table and "c=4" in table
     levels = json.loads((tmp_path / "gen.json").read_text())["levels"]
     assert [level["concurrency"] for level in levels] == [1, 4]
     for level in levels:
@@ -33,6 +35,12 @@ def test_generate_mode_reports_ttft_itl_and_tokens_per_level(tmp_path, capsys) -
         ttft = level["ttft_ms"]
         assert ttft["p50"] <= ttft["p90"] <= ttft["p99"]
         assert abs(level["tokens_per_s"] * level["duration_s"] - level["tokens"]) < 1e-6
+        # TPOT: 5 gaps per 6-token stream, each at least one decode pass
+        assert level["tpot_ms"]["p50"] >= PASS_S * 1e3 and level["tpot_ms"]["mean"] > 0
+        e2e = level["e2e_ms"]
+        assert e2e["p50"] >= ttft["p50"] + 5 * PASS_S * 1e3 - 1e-6
+        # the default SLO (TTFT <= 250 ms, TPOT <= 25 ms) holds for few or all of them
+        assert 0 <= level["goodput_rps"] <= level["requests_per_s"] + 1e-9
     assert (tmp_path / "gen.png").stat().st_size > 10_000
 
 

@@ -1,11 +1,12 @@
 """Two generation engines over one step function.
 
 ContinuousBatchingEngine: token-level (iteration-level) scheduling as in Orca, vLLM and TGI.
-Every iteration (a token boundary) it drops cancelled requests, admits waiting ones while
-batch slots and cache blocks allow, runs one decode pass for every running request, then one
-chunked prefill pass (at most ``prefill_chunk`` prompt tokens), and retires finished requests,
-whose slots and blocks the next iteration reuses. The chunk bound is what keeps a long new
-prompt from stalling everyone's next token (inter-token latency).
+Every iteration (a token boundary) it drops finished and cancelled requests, asks the
+``TokenBudgetScheduler`` for a plan (every running decode, then prefill chunks up to the
+per-step token budget; blocks on demand, preemption by recompute, prefix-cache hits), runs one
+decode pass and one prefill pass, and samples the next token of every sequence whose known
+tokens are all in the cache. The budget is what keeps a long new prompt from stalling
+everyone's next token (inter-token latency).
 
 StaticBatchingEngine: the baseline. It waits for a full batch (or ``max_wait_s``), prefills it,
 and decodes every row until the longest one finishes; a finished row's slot idles until then.
@@ -22,15 +23,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from inference_pipeline.generation.paged_cache import PagedKVCache
-from inference_pipeline.generation.requests import GenerationRequest, RequestHandle
+from inference_pipeline.generation.requests import (
+    GenerationRequest,
+    RequestHandle,
+    token_logprob,
+)
 from inference_pipeline.generation.runtime import StepFunction, empty_past
 from inference_pipeline.generation.sampling import sample_next
+from inference_pipeline.generation.scheduler import SequenceState, TokenBudgetScheduler
 
 log = logging.getLogger(__name__)
 
 # Re-gather the decode batch from the blocks once its kept past is this many slots wider than
 # its longest sequence (holes and padding cost attention work; a gather costs two copies).
 REGATHER_SLACK = 16
+# Tokens per iteration (decodes + prefill chunks): chosen by measurement, see GENERATION.md.
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 96
 
 
 class QueueFull(RuntimeError):
@@ -57,7 +65,7 @@ class _Engine:
         self.config = step.config
         self.max_queue = max_queue
         self.stats = EngineStats()
-        self._waiting: collections.deque[RequestHandle] = collections.deque()
+        self._waiting: collections.deque = collections.deque()
         self._lock = threading.RLock()  # has_work() is also called under the condition
         self.work_available = threading.Condition(self._lock)
         self.closed = False
@@ -69,15 +77,22 @@ class _Engine:
                 f"prompt ({len(request.prompt)} bytes) + max_new_tokens ({request.max_new_tokens})"
                 f" exceeds the model's {self.config.max_positions} positions"
             )
+        self._check_fits(request)
         handle = RequestHandle(request)
         with self._lock:
             if self.closed:
                 raise EngineClosed("the generation engine is shutting down")
             if len(self._waiting) >= self.max_queue:
                 raise QueueFull(f"{len(self._waiting)} requests already waiting")
-            self._waiting.append(handle)
+            self._enqueue(handle)
             self.work_available.notify()
         return handle
+
+    def _check_fits(self, request: GenerationRequest) -> None:
+        """Raise ValueError for a request this engine can never run."""
+
+    def _enqueue(self, handle: RequestHandle) -> None:
+        self._waiting.append(handle)
 
     def queue_depth(self) -> int:
         with self._lock:
@@ -93,6 +108,8 @@ class _Engine:
     def _emit(self, handle: RequestHandle, logits_row: np.ndarray) -> bool:
         token = sample_next(logits_row, handle.request.sampling, handle.rng)
         self.stats.generated_tokens += 1
+        if handle.request.logprobs is not None:
+            handle.logprobs.append(token_logprob(logits_row, token, handle.request.logprobs))
         return handle.add_token(token)
 
     def run_until_idle(self, max_iterations: int = 1_000_000) -> None:
@@ -102,55 +119,63 @@ class _Engine:
         raise RuntimeError(f"still busy after {max_iterations} iterations")
 
 
-class _Sequence:
-    """A running request inside the continuous engine."""
-
-    def __init__(self, handle: RequestHandle) -> None:
-        self.handle = handle
-        self.prompt = handle.request.prompt
-        self.prefilled = 0  # prompt bytes already in the cache
-
-    @property
-    def decoding(self) -> bool:
-        return self.prefilled == len(self.prompt)
-
-
 class ContinuousBatchingEngine(_Engine):
     def __init__(
         self,
         step: StepFunction,
-        max_batch: int = 16,
+        max_num_seqs: int = 16,
+        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
         num_blocks: int | None = None,
         block_size: int = 16,
-        prefill_chunk: int = 64,
         max_queue: int = 1024,
+        prefix_caching: bool = True,
+        reserve_up_front: bool = False,
     ) -> None:
         super().__init__(step, max_queue)
-        if max_batch < 1 or prefill_chunk < 1:
-            raise ValueError("max_batch and prefill_chunk must be >= 1")
         per_sequence = -(-self.config.max_positions // block_size)
-        self.cache = PagedKVCache(self.config, num_blocks or max_batch * per_sequence, block_size)
-        self.max_batch = max_batch
-        self.prefill_chunk = prefill_chunk
-        self.running: list[_Sequence] = []
-        self._blocked: RequestHandle | None = None  # head of the queue waiting for blocks
+        self.cache = PagedKVCache(
+            self.config,
+            num_blocks or max_num_seqs * per_sequence,
+            block_size,
+            prefix_caching=prefix_caching and not reserve_up_front,
+        )
+        self.scheduler = TokenBudgetScheduler(
+            self.cache, self._lock, max_num_seqs, max_num_batched_tokens, reserve_up_front
+        )
+        self._waiting = self.scheduler.waiting  # submit() appends, the scheduler pops
         self._slots: list[int | None] = []  # sequence id of each row of the kept decode batch
         self._dense_past: list[np.ndarray] = []
         self._dense_mask = np.zeros((0, 0), dtype=np.int64)
 
+    @property
+    def running(self) -> list[SequenceState]:
+        return self.scheduler.running
+
+    def _check_fits(self, request: GenerationRequest) -> None:
+        need = self.cache.blocks_for(len(request.prompt) + request.max_new_tokens)
+        if need > self.cache.num_blocks:
+            raise ValueError(
+                f"prompt + max_new_tokens needs {need} cache blocks, the pool has "
+                f"{self.cache.num_blocks}"
+            )
+
+    def _enqueue(self, handle: RequestHandle) -> None:
+        self._waiting.append(SequenceState(handle))
+
     def has_work(self) -> bool:
-        return bool(self.running or self._blocked or self.queue_depth())
+        return bool(self.running or self.queue_depth())
 
     def step(self) -> bool:
         """One iteration; False when there was nothing to do."""
         self._retire()
-        self._admit()
-        if not self.running:
-            return False
+        plan = self.scheduler.schedule()
+        self._forget([s.id for s in plan.preempted])
+        if not plan:
+            return bool(self.running)
         self.stats.iterations += 1
         try:
-            self._decode([s for s in self.running if s.decoding])
-            self._prefill([s for s in self.running if not s.decoding])
+            self._decode(plan.decode)
+            self._prefill(plan.prefill)
         except Exception:
             # The model failed: end every running request with "error" (streams close, blocks
             # return) rather than leave callers waiting; the caller sees the exception.
@@ -162,39 +187,27 @@ class ContinuousBatchingEngine(_Engine):
         self._retire()
         return True
 
-    def _admit(self) -> None:
-        while len(self.running) < self.max_batch:
-            handle = self._blocked or next(iter(self._pop_waiting(1)), None)
-            self._blocked = None
-            if handle is None:
-                return
-            if handle.cancel_requested.is_set():
-                handle.finish("cancelled")
-                continue
-            request = handle.request
-            total = len(request.prompt) + request.max_new_tokens
-            if not self.cache.can_reserve(total):
-                self._blocked = handle  # first come, first served: wait for blocks
-                return
-            self.cache.reserve(handle.id, total)
-            self.running.append(_Sequence(handle))
-
     def _retire(self) -> None:
         """Drop finished and cancelled sequences; their blocks go back to the pool."""
-        keep = []
-        for seq in self.running:
+        gone = []
+        for seq in list(self.running):
             if seq.handle.cancel_requested.is_set():
                 seq.handle.finish("cancelled")  # no-op when it had already finished
             if seq.handle.done:
-                self.cache.release(seq.handle.id)
-            else:
-                keep.append(seq)
-        self.running = keep
+                self.scheduler.release(seq)
+                gone.append(seq.id)
+        self._forget(gone)
 
-    def _run(self, seqs: list[_Sequence], rows: list[list[int]]) -> np.ndarray:
+    def _forget(self, ids: list[int]) -> None:
+        """Sequences that left the cache leave the kept decode batch too (masked holes)."""
+        if ids and self._slots:
+            self._slots = [None if s in ids else s for s in self._slots]
+            self._dense_mask[[s is None for s in self._slots]] = 0
+
+    def _run(self, seqs: list[SequenceState], rows: list[list[int]]) -> np.ndarray:
         """Prefill pass: row i feeds tokens rows[i] after seqs[i]'s cached ones (a dense past
         gathered from the blocks); stores the new keys/values in the blocks; returns logits."""
-        ids = [s.handle.id for s in seqs]
+        ids = [s.id for s in seqs]
         past, lengths = self.cache.gather(ids)
         width, new = past[0].shape[2], max(len(r) for r in rows)
         tokens = np.zeros((len(rows), new), dtype=np.int64)
@@ -206,16 +219,12 @@ class ContinuousBatchingEngine(_Engine):
             positions[i] = lengths[i] + np.minimum(np.arange(new), len(row) - 1)
             mask[i, width : width + len(row)] = 1
         logits, present = self.step_fn(tokens, positions, mask, past)
-        self._store(ids, present, width, [len(r) for r in rows])
-        return logits
-
-    def _store(self, ids: list[int | None], present, width: int, counts: list[int]) -> None:
-        """Copy the new tokens' keys/values (after slot ``width``) into each sequence's blocks."""
         new_k = np.stack([k[:, :, width:] for k in present[0::2]])  # [L, B, H, T, D]
         new_v = np.stack([v[:, :, width:] for v in present[1::2]])
-        for i, seq_id in enumerate(ids):
-            if seq_id is not None:
-                self.cache.append(seq_id, new_k[:, i, :, : counts[i]], new_v[:, i, :, : counts[i]])
+        for i, (seq_id, row) in enumerate(zip(ids, rows, strict=True)):
+            n = len(row)
+            self.cache.append(seq_id, row, new_k[:, i, :, :n], new_v[:, i, :, :n])
+        return logits
 
     def _dense_batch(self, ids: list[int]) -> None:
         """Make the kept dense decode batch hold exactly ``ids``.
@@ -233,9 +242,10 @@ class ContinuousBatchingEngine(_Engine):
         width = self._dense_past[0].shape[2] if self._dense_past else 0
         longest = max(self.cache.lengths[i] for i in ids)
         if len(joining) > len(holes) or longest > width or width > longest + REGATHER_SLACK:
-            self._dense_past, lengths = self.cache.gather(ids)
-            self._dense_past = [np.array(p) for p in self._dense_past]  # own it (buffers reused)
-            self._slots = list(ids)
+            # room for as many joiners again (up to the running cap): joining then fills holes
+            rows = min(max(self.scheduler.max_num_seqs, len(ids)), 2 * len(ids))
+            self._dense_past, lengths = self.cache.gather(ids, rows, purpose="decode")
+            self._slots = [*ids, *([None] * (rows - len(ids)))]
             self._dense_mask = (np.arange(self._dense_past[0].shape[2]) < lengths[:, None]).astype(
                 np.int64
             )
@@ -249,10 +259,10 @@ class ContinuousBatchingEngine(_Engine):
             self._dense_mask[row] = np.arange(width) < n
             self._slots[row] = seq_id
 
-    def _decode(self, seqs: list[_Sequence]) -> None:
+    def _decode(self, seqs: list[SequenceState]) -> None:
         if not seqs:
             return
-        by_id = {s.handle.id: s for s in seqs}
+        by_id = {s.id: s for s in seqs}
         self._dense_batch(list(by_id))
         rows = len(self._slots)
         width = self._dense_past[0].shape[2]
@@ -268,6 +278,7 @@ class ContinuousBatchingEngine(_Engine):
         rows_live = [row for row, seq_id in enumerate(self._slots) if seq_id is not None]
         self.cache.append_one_each(
             [self._slots[row] for row in rows_live],
+            [int(tokens[row, 0]) for row in rows_live],
             np.stack([k[rows_live, :, width] for k in present[0::2]]),
             np.stack([v[rows_live, :, width] for v in present[1::2]]),
         )
@@ -277,24 +288,19 @@ class ContinuousBatchingEngine(_Engine):
             if seq_id is not None:
                 self._emit(by_id[seq_id].handle, logits[row, 0])
 
-    def _prefill(self, seqs: list[_Sequence]) -> None:
-        budget, chosen, rows = self.prefill_chunk, [], []
-        for seq in seqs:
-            if budget == 0:
-                break
-            piece = seq.prompt[seq.prefilled : seq.prefilled + budget]
-            chosen.append(seq)
-            rows.append(list(piece))
-            budget -= len(piece)
-        if not chosen:
+    def _prefill(self, chunks: list[tuple[SequenceState, int]]) -> None:
+        if not chunks:
             return
-        logits = self._run(chosen, rows)
+        rows = []
+        for seq, count in chunks:
+            start = self.cache.lengths.get(seq.id, 0)
+            rows.append(seq.known()[start : start + count])
+        logits = self._run([seq for seq, _ in chunks], rows)
         self.stats.prefill_passes += 1
-        for i, seq in enumerate(chosen):
-            seq.prefilled += len(rows[i])
-            self.stats.prefill_tokens += len(rows[i])
-            if seq.decoding:  # prompt complete: its last position predicts the first token
-                self._emit(seq.handle, logits[i, len(rows[i]) - 1])
+        for i, (seq, count) in enumerate(chunks):
+            self.stats.prefill_tokens += count
+            if self.scheduler.remaining(seq) == 0:  # its last known token predicts the next
+                self._emit(seq.handle, logits[i, count - 1])
 
 
 class StaticBatchingEngine(_Engine):

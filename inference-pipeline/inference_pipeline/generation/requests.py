@@ -15,6 +15,25 @@ import numpy as np
 from inference_pipeline.generation.sampling import SamplingParams
 
 _ids = itertools.count(1)
+MAX_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A generated token's log-probability under the model (before temperature and cuts),
+    and the ``top`` most likely tokens with theirs."""
+
+    logprob: float
+    top: dict[int, float]
+
+
+def token_logprob(logits: np.ndarray, token: int, top: int) -> TokenLogprob:
+    """From a [V] logits row: log-softmax in float64."""
+    row = logits.astype(np.float64)
+    shifted = row - row.max()
+    logp = shifted - np.log(np.exp(shifted).sum())
+    best = np.argsort(-logp, kind="stable")[:top]
+    return TokenLogprob(float(logp[token]), {int(t): float(logp[t]) for t in best})
 
 
 @dataclass(frozen=True)
@@ -23,6 +42,7 @@ class GenerationRequest:
     max_new_tokens: int = 64
     stop: tuple[bytes, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    logprobs: int | None = None  # None: none; k: each token's log-probability and the top k
 
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, bytes) or not self.prompt:
@@ -31,6 +51,8 @@ class GenerationRequest:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if any(not s for s in self.stop):
             raise ValueError("stop sequences must be non-empty")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs must be in 0..{MAX_LOGPROBS}, got {self.logprobs}")
 
 
 @dataclass(frozen=True)
@@ -53,7 +75,10 @@ class RequestHandle:
         self.output = bytearray()  # what was streamed (stop sequence excluded)
         self.finish_reason: str | None = None
         self.submitted_at = time.perf_counter()
+        self.admitted_at: float | None = None  # first scheduled (end of its queue time)
         self.token_times: list[float] = []
+        self.logprobs: list[TokenLogprob] = []  # one per token when the request asks for them
+        self.finished_at: float | None = None
         self.cancel_requested = threading.Event()
         self._done = threading.Event()
         self._emitted = 0
@@ -121,6 +146,7 @@ class RequestHandle:
     def finish(self, reason: str) -> None:
         if self.finish_reason is None:
             self.finish_reason = reason
+            self.finished_at = time.perf_counter()
             self._put(Chunk(b"", reason))
             self._done.set()
 

@@ -2,10 +2,12 @@
 
 ```
 <repository>/bbc_gpt/
-  config.pbtxt     name, backend: "generation", max_batch_size (continuous batch slots),
-                   dynamic_batching { default_queue_policy { max_queue_size } },
-                   parameters: gpt_config (JSON of GPTConfig), block_size, num_blocks,
-                   prefill_chunk
+  config.pbtxt     name, backend: "generation", max_batch_size (max_num_seqs: sequences
+                   running at once), dynamic_batching { default_queue_policy
+                   { max_queue_size } }, parameters: gpt_config (JSON of GPTConfig),
+                   block_size, num_blocks (0: room for max_num_seqs full-context sequences),
+                   max_num_batched_tokens (the scheduler's per-step token budget),
+                   prefix_caching ("true"/"false")
   1/model.onnx     the explicit-KV-cache graph (export-gpt)
 ```
 Triton has no "generation" backend; the field only tells our server which loader to use (a
@@ -21,9 +23,12 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from inference_pipeline.generation.engine import ContinuousBatchingEngine
+from inference_pipeline.generation.engine import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    ContinuousBatchingEngine,
+)
 from inference_pipeline.generation.model import GPTConfig
-from inference_pipeline.generation.routes import GenerationService
+from inference_pipeline.generation.service import GenerationService
 from inference_pipeline.serving.config import GENERATION_BACKEND
 
 DEFAULT_MAX_BATCH = 16
@@ -39,23 +44,27 @@ def write_generation_folder(
     onnx_path: Path,
     config: GPTConfig,
     name: str = "bbc_gpt",
-    max_batch: int = DEFAULT_MAX_BATCH,
+    max_num_seqs: int = DEFAULT_MAX_BATCH,
     max_queue: int = DEFAULT_MAX_QUEUE,
     block_size: int = 16,
-    prefill_chunk: int = 64,
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    num_blocks: int = 0,
+    prefix_caching: bool = True,
 ) -> Path:
     """Write ``repository/name`` (config.pbtxt + 1/model.onnx, copied); returns the folder."""
     folder = Path(repository) / name
     (folder / "1").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(onnx_path, folder / "1" / "model.onnx")
     proto = model_config_pb2.ModelConfig(
-        name=name, backend=GENERATION_BACKEND, max_batch_size=max_batch
+        name=name, backend=GENERATION_BACKEND, max_batch_size=max_num_seqs
     )
     proto.dynamic_batching.default_queue_policy.max_queue_size = max_queue
     params = {
         "gpt_config": json.dumps(config.to_dict()),
         "block_size": str(block_size),
-        "prefill_chunk": str(prefill_chunk),
+        "num_blocks": str(num_blocks),
+        "max_num_batched_tokens": str(max_num_batched_tokens),
+        "prefix_caching": "true" if prefix_caching else "false",
     }
     for key, value in params.items():
         proto.parameters[key].string_value = value
@@ -66,10 +75,12 @@ def write_generation_folder(
 def load_generation_service(
     folder: Path,
     threads: int = 1,
-    max_batch: int | None = None,
+    max_num_seqs: int | None = None,
     max_queue: int | None = None,
+    max_num_batched_tokens: int | None = None,
 ) -> GenerationService:
-    """The folder's graph on ONNX Runtime behind a continuous-batching engine (not started)."""
+    """The folder's graph on ONNX Runtime behind a continuous-batching engine (not started);
+    the keyword arguments override the folder's config (the command line's flags)."""
     from inference_pipeline.generation.runtime import OrtStep
 
     folder = Path(folder)
@@ -80,7 +91,11 @@ def load_generation_service(
         params = {key: value.string_value for key, value in proto.parameters.items()}
         config = GPTConfig(**json.loads(params["gpt_config"]))
         block_size = int(params.get("block_size", "16"))
-        prefill_chunk = int(params.get("prefill_chunk", "64"))
+        num_blocks = int(params.get("num_blocks", "0"))
+        budget = int(params.get("max_num_batched_tokens", DEFAULT_MAX_NUM_BATCHED_TOKENS))
+        caching = params.get("prefix_caching", "true")
+        if caching not in ("true", "false"):
+            raise ValueError(f"prefix_caching must be true or false, got {caching!r}")
     except (OSError, text_format.ParseError, KeyError, TypeError, ValueError) as exc:
         raise GenerationFolderError(f"{path}: not a generation model config ({exc})") from None
     versions = [p for p in folder.iterdir() if p.name.isdigit() and (p / "model.onnx").is_file()]
@@ -91,10 +106,12 @@ def load_generation_service(
     try:
         engine = ContinuousBatchingEngine(
             OrtStep(onnx_path, config, threads=threads),
-            max_batch=max_batch or proto.max_batch_size or DEFAULT_MAX_BATCH,
+            max_num_seqs=max_num_seqs or proto.max_batch_size or DEFAULT_MAX_BATCH,
+            max_num_batched_tokens=max_num_batched_tokens or budget,
+            num_blocks=num_blocks or None,
             block_size=block_size,
-            prefill_chunk=prefill_chunk,
             max_queue=max_queue or queue_size,
+            prefix_caching=caching == "true",
         )
     except Exception as exc:  # a graph ONNX Runtime refuses, a bad batch setting
         raise GenerationFolderError(f"{folder}: cannot load ({exc})") from None

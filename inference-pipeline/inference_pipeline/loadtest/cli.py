@@ -9,7 +9,9 @@ from pathlib import Path
 
 from inference_pipeline.loadtest.client import LoopbackOnlyError, loopback_address
 from inference_pipeline.loadtest.generation import (
+    COMPLETIONS_PATH,
     GenerationLevelResult,
+    ServiceLevel,
     format_generation_table,
     generation_bodies,
     plot_generation,
@@ -92,12 +94,12 @@ def run_levels(
 def run_generation_levels(
     url: str, model: str, prompts: list[str], concurrency: list[int], duration_s: float = 5.0,
     max_requests: int = 20000, warmup_s: float = 0.5, max_tokens: int = 32,
-    timeout_s: float = 60.0, progress: bool = True,
+    timeout_s: float = 60.0, progress: bool = True, slo: ServiceLevel | None = None,
 ) -> list[GenerationLevelResult]:  # fmt: skip
-    """The closed-loop sweep against ``url``'s ``generate_stream`` route (loopback only)."""
+    """The closed-loop sweep against ``url``'s OpenAI ``/v1/completions`` (loopback only)."""
     host, port = loopback_address(url)
-    path = f"/v2/models/{model}/generate_stream"
-    bodies = generation_bodies(prompts, max_tokens)
+    path = COMPLETIONS_PATH
+    bodies = generation_bodies(model, prompts, max_tokens)
     results = []
     for level in concurrency:
         samples, window = asyncio.run(
@@ -114,7 +116,7 @@ def run_generation_levels(
                 stream=True,
             )  # fmt: skip
         )
-        results.append(summarize_generation(level, samples, window))
+        results.append(summarize_generation(level, samples, window, slo))
         if progress:
             progress_line(results[-1])
     return results
@@ -125,9 +127,12 @@ def _run_generate(args: argparse.Namespace, prompts: list[str]) -> int:
         return _fail("--generate sweeps --concurrency (closed loop); --rate is for infer")
     if args.max_tokens < 1:
         return _fail("--max-tokens must be >= 1")
+    if min(args.slo_ttft_ms, args.slo_tpot_ms) <= 0:
+        return _fail("--slo-ttft-ms and --slo-tpot-ms must be positive")
     results = run_generation_levels(
         args.url, args.model, prompts, args.concurrency, args.duration, args.max_requests,
         args.warmup, args.max_tokens, args.timeout,
+        slo=ServiceLevel(args.slo_ttft_ms, args.slo_tpot_ms),
     )  # fmt: skip
     print(format_generation_table(results))
     if all(r.successes == 0 for r in results):

@@ -34,10 +34,11 @@ def loopback_address(url: str) -> tuple[str, int]:
 
 
 def token_events(part: bytes) -> int:
-    """SSE ``data:`` events in ``part`` that carry tokens (the closing ``finish_reason`` event
-    carries none): what time-to-first-token and inter-token latency are measured on."""
+    """OpenAI streaming chunks in ``part`` that carry tokens: ``"finish_reason": null`` (the
+    closing chunk names its reason, the usage chunk has no choices, ``[DONE]`` is no JSON).
+    What time-to-first-token and inter-token latency are measured on."""
     events = part.split(b"\n\n")
-    return sum(e.startswith(b"data: ") and b'"finish_reason"' not in e for e in events)
+    return sum(e.startswith(b"data: {") and b'"finish_reason": null' in e for e in events)
 
 
 class Connection:

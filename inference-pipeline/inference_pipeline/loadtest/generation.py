@@ -1,7 +1,11 @@
-"""`loadtest --generate`: the closed-loop sweep against a ``generate_stream`` route, measured
-the way LLM servers are: time to first token (TTFT), inter-token latency (ITL), tokens/s and
-requests/s per concurrency level. Token times are when each SSE event reaches the client
-(``Connection.post_stream``), so they include the server's queueing and the transport.
+"""`loadtest --generate`: the closed-loop sweep against an OpenAI ``/v1/completions`` route
+(streaming), measured as vLLM's ``benchmark_serving`` reports it: time to first token (TTFT),
+time per output token after the first (TPOT), inter-token latency (ITL) and end-to-end
+latency, each as mean, median (p50), p90, p99; request and output-token throughput; and
+goodput, the requests per second that met a declared SLO (TTFT and TPOT both under their
+limits). Token times are when each SSE chunk reaches the client (``Connection.post_stream``),
+so they include the server's queueing and the transport; the load sets no stop sequence, so
+every chunk is one byte-token.
 """
 
 from __future__ import annotations
@@ -19,6 +23,15 @@ from inference_pipeline.loadtest.generator import REJECT_STATUSES, Sample
 from inference_pipeline.loadtest.report import fixed_width
 
 GENERATION_PERCENTILES = (50, 90, 99)
+COMPLETIONS_PATH = "/v1/completions"
+
+
+@dataclass(frozen=True)
+class ServiceLevel:
+    """A declared SLO: a request is "good" when both hold."""
+
+    ttft_ms: float = 250.0
+    tpot_ms: float = 25.0
 
 
 @dataclass
@@ -36,36 +49,85 @@ class GenerationLevelResult:
     requests_per_s: float
     ttft_ms: dict[str, float] = field(default_factory=dict)
     itl_ms: dict[str, float] = field(default_factory=dict)
+    tpot_ms: dict[str, float] = field(default_factory=dict)
+    e2e_ms: dict[str, float] = field(default_factory=dict)
+    goodput_rps: float = 0.0
+    slo: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def generation_bodies(prompts: Sequence[str], max_tokens: int) -> list[bytes]:
-    """Pre-encoded ``generate_stream`` bodies (greedy, ``max_tokens`` each)."""
-    params = {"max_tokens": max_tokens}
-    return [json.dumps({"text_input": p, "parameters": params}).encode() for p in prompts]
+def completion_body(model: str, prompt: str | list[int], max_tokens: int) -> bytes:
+    """One pre-encoded streaming ``/v1/completions`` body (greedy, exactly ``max_tokens``)."""
+    body = {
+        "model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+        "stream": True, "stream_options": {"include_usage": True},
+    }  # fmt: skip
+    return json.dumps(body).encode()
 
 
-def token_timings(samples: Sequence[Sample]) -> tuple[list[float], list[float]]:
-    """(TTFTs, inter-token gaps) in seconds over the answered streams that sent a token."""
+def generation_bodies(model: str, prompts: Sequence[str], max_tokens: int) -> list[bytes]:
+    return [completion_body(model, p, max_tokens) for p in prompts]
+
+
+@dataclass(frozen=True)
+class StreamTimings:
+    """Per answered stream that sent a token, in seconds."""
+
+    ttft: list[float]
+    tpot: list[float]  # (last - first token) / (tokens - 1), streams of 2+ tokens
+    e2e: list[float]
+    gaps: list[float]  # every inter-token gap of every stream
+
+
+def token_timings(samples: Sequence[Sample]) -> StreamTimings:
     streams = [s for s in samples if s.status == 200 and s.arrivals]
-    ttfts = [s.arrivals[0] - s.start for s in streams]
-    gaps = [float(g) for s in streams for g in np.diff(s.arrivals)]
-    return ttfts, gaps
+    return StreamTimings(
+        ttft=[s.arrivals[0] - s.start for s in streams],
+        tpot=[
+            (s.arrivals[-1] - s.arrivals[0]) / (len(s.arrivals) - 1)
+            for s in streams
+            if len(s.arrivals) > 1
+        ],
+        e2e=[s.end - s.start for s in streams],
+        gaps=[float(g) for s in streams for g in np.diff(s.arrivals)],
+    )
 
 
-def _percentiles(seconds: list[float]) -> dict[str, float]:
-    return percentiles(seconds, GENERATION_PERCENTILES, scale=1e3)
+def latency_stats(seconds: Sequence[float]) -> dict[str, float]:
+    """mean and p50 (median) / p90 / p99, in milliseconds."""
+    if not len(seconds):
+        return {}
+    return {
+        "mean": float(np.mean(seconds)) * 1e3,
+        **percentiles(seconds, GENERATION_PERCENTILES, scale=1e3),
+    }
+
+
+def good_requests(samples: Sequence[Sample], slo: ServiceLevel) -> int:
+    """Answered streams whose TTFT and TPOT both met ``slo``."""
+    good = 0
+    for s in samples:
+        if s.status != 200 or not s.arrivals:
+            continue
+        ttft = s.arrivals[0] - s.start
+        tpot = (
+            (s.arrivals[-1] - s.arrivals[0]) / (len(s.arrivals) - 1) if len(s.arrivals) > 1 else 0
+        )
+        good += ttft * 1e3 <= slo.ttft_ms and tpot * 1e3 <= slo.tpot_ms
+    return good
 
 
 def summarize_generation(
-    concurrency: int, samples: Sequence[Sample], window_s: float
+    concurrency: int, samples: Sequence[Sample], window_s: float, slo: ServiceLevel | None = None
 ) -> GenerationLevelResult:
+    slo = slo or ServiceLevel()
     ok = [s for s in samples if s.status == 200]
     rejects = sum(s.status in REJECT_STATUSES for s in samples)
     tokens = sum(len(s.arrivals) for s in ok)
-    ttfts, gaps = token_timings(samples)
+    timings = token_timings(samples)
+    per_s = 1.0 / window_s if window_s > 0 else 0.0
     return GenerationLevelResult(
         concurrency=concurrency,
         requests=len(samples),
@@ -74,19 +136,26 @@ def summarize_generation(
         errors=len(samples) - len(ok) - rejects,
         duration_s=window_s,
         tokens=tokens,
-        tokens_per_s=tokens / window_s if window_s > 0 else 0.0,
-        requests_per_s=len(ok) / window_s if window_s > 0 else 0.0,
-        ttft_ms=_percentiles(ttfts),
-        itl_ms=_percentiles(gaps),
+        tokens_per_s=tokens * per_s,
+        requests_per_s=len(ok) * per_s,
+        ttft_ms=latency_stats(timings.ttft),
+        itl_ms=latency_stats(timings.gaps),
+        tpot_ms=latency_stats(timings.tpot),
+        e2e_ms=latency_stats(timings.e2e),
+        goodput_rps=good_requests(samples, slo) * per_s,
+        slo=asdict(slo),
     )
 
 
 def format_generation_table(results: Sequence[GenerationLevelResult]) -> str:
-    head = ("level", "tokens/s", "req/s", "TTFT p50/p90/p99 ms", "ITL p50/p90/p99 ms", "ok", "rej")
+    head = ("level", "tokens/s", "req/s", "goodput/s", "TTFT mean/p50/p99 ms",
+            "TPOT mean/p50/p99 ms", "ITL mean/p50/p99 ms", "e2e mean/p50/p99 ms",
+            "ok", "rej")  # fmt: skip
     rows = [head]
 
     def triple(stats: dict[str, float]) -> str:
-        return "/".join(f"{stats[f'p{p}']:.1f}" for p in GENERATION_PERCENTILES) if stats else "-"
+        keys = ("mean", "p50", "p99")
+        return "/".join(f"{stats[k]:.1f}" for k in keys) if stats else "-"
 
     for r in results:
         rows.append(
@@ -94,8 +163,11 @@ def format_generation_table(results: Sequence[GenerationLevelResult]) -> str:
                 f"c={r.concurrency}",
                 f"{r.tokens_per_s:.1f}",
                 f"{r.requests_per_s:.2f}",
+                f"{r.goodput_rps:.2f}",
                 triple(r.ttft_ms),
+                triple(r.tpot_ms),
                 triple(r.itl_ms),
+                triple(r.e2e_ms),
                 str(r.successes),
                 str(r.rejects + r.errors),
             )

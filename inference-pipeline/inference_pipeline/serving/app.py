@@ -130,7 +130,7 @@ class InferenceServer:
             from inference_pipeline.generation.routes import GENERATION_REGISTRY, attach
 
             for service in self.generation.values():
-                attach(self.app, service)
+                attach(self.app, service, self.metrics.requests)
             self.extra_registries.append(GENERATION_REGISTRY)
 
     def begin_shutdown(self) -> None:

@@ -1,0 +1,213 @@
+"""The continuous engine's scheduler: who runs in the next iteration and on how many tokens.
+
+Policy (vLLM's, with chunked prefill), one call per iteration:
+
+1. **Every running decode first**, oldest admission first: one token each. A decode that
+   crosses a block boundary takes a block; when none is free, the most recently admitted
+   running sequence is **preempted** (recompute: its blocks are released and it goes back to
+   the head of the waiting queue with its generated tokens kept, to be prefilled again, prompt
+   and generated tokens, when it is readmitted). A preempted sequence's own cached blocks
+   usually survive in the prefix cache, so recomputing it is mostly a prefix hit.
+2. **Prefill chunks up to the token budget**: ``max_num_batched_tokens`` minus the decodes,
+   first for running sequences still prefilling, then for waiting ones, admitted first come,
+   first served while fewer than ``max_num_seqs`` run and blocks allow. A new sequence starts
+   on the longest cached prefix of its tokens (prefix caching) and prefills only the rest.
+   No admission happens in an iteration that preempted (it would take the blocks back).
+
+The budget is the knob that trades time to first token against inter-token latency: a
+small budget bounds how much prefill work lands between two tokens of a running stream; a
+large one admits and prefills new requests faster. ``max_num_seqs`` caps the decode batch.
+
+``reserve_up_front`` is the baseline allocation: a sequence is admitted only when blocks for
+``prompt + max_new_tokens`` are free and takes them all at once (never preempted, never
+sharing a prefix). On demand fits more running sequences in the same memory.
+
+The scheduler decides; the block manager (``PagedKVCache``) only counts and moves blocks.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from dataclasses import dataclass, field
+
+from inference_pipeline.generation.paged_cache import PagedKVCache
+from inference_pipeline.generation.requests import RequestHandle
+
+# Free blocks an admission must leave (vLLM's watermark): admitting into the very last blocks
+# would preempt the newcomer at the next block boundary of any running sequence.
+WATERMARK_SHARE = 0.01
+
+
+class SequenceState:
+    """A request inside the continuous engine: its tokens so far and its place in the cache."""
+
+    def __init__(self, handle: RequestHandle) -> None:
+        self.handle = handle
+        self.id = handle.id
+        self.admitted = 0  # admission order (higher = more recent); 0 while waiting
+
+    def known(self) -> list[int]:
+        """Every token of the sequence: the prompt, then what it generated."""
+        return [*self.handle.request.prompt, *self.handle.tokens]
+
+
+@dataclass
+class Plan:
+    """One iteration: decode these, prefill those (sequence, token count)."""
+
+    decode: list[SequenceState] = field(default_factory=list)
+    prefill: list[tuple[SequenceState, int]] = field(default_factory=list)
+    preempted: list[SequenceState] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.decode or self.prefill)
+
+
+@dataclass
+class SchedulerStats:
+    preemptions: int = 0
+    prefix_queried_tokens: int = 0  # prompt tokens looked up in the prefix cache
+    prefix_hit_tokens: int = 0  # of which served from cached blocks
+    peak_running: int = 0
+
+
+class TokenBudgetScheduler:
+    def __init__(
+        self,
+        cache: PagedKVCache,
+        lock: threading.RLock,
+        max_num_seqs: int = 16,
+        max_num_batched_tokens: int = 64,
+        reserve_up_front: bool = False,
+    ) -> None:
+        if max_num_seqs < 1 or max_num_batched_tokens < max_num_seqs:
+            raise ValueError(
+                f"need max_num_seqs >= 1 and max_num_batched_tokens >= max_num_seqs (every "
+                f"running decode fits one step), got {max_num_seqs}, {max_num_batched_tokens}"
+            )
+        self.cache = cache
+        self.lock = lock  # guards ``waiting`` (submit runs on other threads)
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.reserve_up_front = reserve_up_front
+        self.waiting: collections.deque[SequenceState] = collections.deque()
+        self.running: list[SequenceState] = []  # admission order, oldest first
+        self.stats = SchedulerStats()
+        self._admissions = 0
+        self._watermark = int(WATERMARK_SHARE * cache.num_blocks)
+
+    # ---- state ----------------------------------------------------------------------------
+    def computed(self, seq: SequenceState) -> int:
+        return self.cache.lengths.get(seq.id, 0)
+
+    def remaining(self, seq: SequenceState) -> int:
+        """Tokens still to feed before the sequence's next token can be sampled."""
+        return len(seq.handle.request.prompt) + len(seq.handle.tokens) - self.computed(seq)
+
+    def decoding(self, seq: SequenceState) -> bool:
+        return bool(seq.handle.tokens) and self.remaining(seq) == 1
+
+    def release(self, seq: SequenceState) -> None:
+        """A finished or cancelled sequence leaves; its blocks go back to the pool."""
+        self.cache.release(seq.id)
+        self.running.remove(seq)
+
+    # ---- the policy -----------------------------------------------------------------------
+    def schedule(self) -> Plan:
+        plan = Plan()
+        for seq in list(self.running):
+            if seq in plan.preempted or not self.decoding(seq):
+                continue
+            if self._make_room(seq, self.computed(seq) + 1, plan):
+                self.cache.ensure(seq.id, self.computed(seq) + 1)
+                plan.decode.append(seq)
+        budget = self.max_num_batched_tokens - len(plan.decode)
+        for seq in self.running:
+            if budget == 0:
+                break
+            if seq in plan.decode or self.decoding(seq):
+                continue
+            count = self._chunk(seq, budget)
+            if count:
+                plan.prefill.append((seq, count))
+                budget -= count
+        if not plan.preempted:
+            self._admit(plan, budget)
+        if not plan and self.running:  # every running prefill is out of blocks: free some
+            self._preempt(self.running[-1], plan)
+        self.stats.peak_running = max(self.stats.peak_running, len(self.running))
+        return plan
+
+    def _make_room(self, seq: SequenceState, tokens: int, plan: Plan) -> bool:
+        """Preempt the most recent sequences until ``seq`` can hold ``tokens``; False when
+        ``seq`` itself was the one preempted."""
+        while self.cache.missing_blocks(seq.id, tokens) > self.cache.free_blocks:
+            victim = self.running[-1]
+            self._preempt(victim, plan)
+            if victim is seq:
+                return False
+        return True
+
+    def _preempt(self, seq: SequenceState, plan: Plan) -> None:
+        self.cache.release(seq.id)
+        self.running.remove(seq)
+        if seq in plan.decode:
+            plan.decode.remove(seq)
+        plan.prefill = [(s, n) for s, n in plan.prefill if s is not seq]
+        plan.preempted.append(seq)
+        seq.admitted = 0
+        with self.lock:
+            self.waiting.appendleft(seq)  # older victims are preempted later: they go first
+        self.stats.preemptions += 1
+
+    def _chunk(self, seq: SequenceState, budget: int) -> int:
+        """Take blocks for the next prefill chunk (at most ``budget`` tokens, as many as the
+        free blocks hold); returns its size."""
+        computed = self.computed(seq)
+        capacity = len(self.cache.tables.get(seq.id, ())) + self.cache.free_blocks
+        count = min(budget, self.remaining(seq), capacity * self.cache.block_size - computed)
+        if count <= 0:
+            return 0
+        self.cache.ensure(seq.id, computed + count)
+        return count
+
+    def _admit(self, plan: Plan, budget: int) -> None:
+        while budget > 0 and len(self.running) < self.max_num_seqs:
+            with self.lock:
+                seq = self.waiting[0] if self.waiting else None
+            if seq is None:
+                return
+            handle = seq.handle
+            if handle.cancel_requested.is_set():
+                with self.lock:
+                    self.waiting.popleft()
+                handle.finish("cancelled")
+                continue
+            known = seq.known()
+            if self.reserve_up_front:
+                total = len(handle.request.prompt) + handle.request.max_new_tokens
+                if not self.cache.can_reserve(total):
+                    return  # first come, first served: wait for blocks
+                self.cache.ensure(seq.id, total)
+            else:
+                blocks = self.cache.match_prefix(known)
+                hit = self.cache.share_prefix(seq.id, known, blocks)
+                need = self.cache.missing_blocks(seq.id, hit + min(budget, len(known) - hit))
+                reserve = self._watermark if self.running else 0
+                if need and need + reserve > self.cache.free_blocks:
+                    self.cache.release(seq.id)  # its shared blocks stay cached
+                    return
+                self.stats.prefix_queried_tokens += len(known)
+                self.stats.prefix_hit_tokens += hit
+            count = self._chunk(seq, budget)
+            with self.lock:
+                self.waiting.popleft()
+            self._admissions += 1
+            seq.admitted = self._admissions
+            if handle.admitted_at is None:
+                handle.admitted_at = time.perf_counter()
+            self.running.append(seq)
+            plan.prefill.append((seq, count))
+            budget -= count
