@@ -21,7 +21,7 @@ from minigrad.grad_mode import grad_mode
 from minigrad.tensor import Tensor
 
 
-def _count_dependencies(roots: list[Context]) -> dict[Context, int]:
+def count_dependencies(roots: list[Context]) -> dict[Context, int]:
     """deps[node] = how many edges from nodes reachable from ``roots`` point at node."""
     deps: dict[Context, int] = {}
     seen = set(roots)
@@ -218,7 +218,7 @@ def _run(
     unless ``retain_graph``; a node that ``grad()`` does not need is neither run nor freed.
     """
     buffers, root_nodes = _start(roots, seeds, create_graph, capture)
-    deps = _count_dependencies(root_nodes)
+    deps = count_dependencies(root_nodes)
     needed = None if capture is None else _nodes_leading_to(root_nodes, capture)
     grad_type, to_grad_type = (Tensor, _as_tensor) if create_graph else (np.ndarray, _as_array)
     ready = [n for n in root_nodes if n not in deps]  # a root has consumers only in a cycle

@@ -269,8 +269,8 @@ def _resolve_saved(raw_saved: tuple, args: tuple, vals: list | None, out: Any, r
 
 class Primitive(Function):
     """A built-in op. ``forward`` computes on ndarrays; ``backward`` must be written with
-    operators and the dual helpers in :mod:`minigrad.ops` so it runs both on ndarrays (fast,
-    first order) and on Tensors (recorded, when ``create_graph=True``).
+    operators and the helpers of :mod:`minigrad.ops.array_or_tensor`, so it runs both on
+    ndarrays (fast, first order) and on Tensors (recorded, when ``create_graph=True``).
 
     Every subclass is entered in :data:`minigrad.rules.PRIMITIVES`; later per-op rules (vmap
     batching, IR lowering, ...) attach to it in :mod:`minigrad.rules` without touching the
@@ -279,9 +279,12 @@ class Primitive(Function):
 
     _raw = True
 
+    # True in the body of a shared base (UnaryMap, Elementwise): a kind of op, not an op.
+    abstract = False
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if not cls.__name__.startswith("_"):  # a shared base such as _Extremum is no op
+        if not cls.__dict__.get("abstract", False) and not cls.__name__.startswith("_"):
             PRIMITIVES[cls.__name__] = cls
 
 

@@ -51,6 +51,18 @@ def missing(kind: str) -> list[str]:
     return sorted(name for name, p in PRIMITIVES.items() if p not in have)
 
 
+class RuleCtx:
+    """The one stand-in ``ctx`` outside the engine: for running a primitive's forward on
+    arrays directly (an in-place update, a fast path) and for reusing its backward as another
+    rule (a transpose). Forward sets attributes on it as on a graph node."""
+
+    saved_tensors: tuple = ()
+    needs_input_grad: tuple = ()
+
+    def save_for_backward(self, *tensors: Any) -> None:
+        self.saved_tensors = tensors
+
+
 # How random draws are treated, innermost transformation last: vmap's "error" or "same" (see
 # minigrad.func.vmap), or "jit" (refused: a traced draw would be frozen into the program).
 RANDOMNESS: list[str] = []

@@ -6,8 +6,12 @@ Tensor knows no derivative rule. Every method below forwards to a ``Primitive`` 
 The one seam in the import graph: ops and the engine are built on Tensor, so this module
 cannot import them. It holds two module references, ``ops`` and ``engine``, that
 ``minigrad/__init__.py`` fills in (:func:`bind`) once both exist. Everything else imports
-strictly downwards: grad_mode, rules <- tensor_inplace <- tensor <- function <- engine, ops
-<- nn, optim.
+strictly downwards: grad_mode, rules, tracer_base <- tensor <- tracing <- function <- engine,
+ops <- nn, optim.
+
+The class reads in order: construction and autograd state, accessors, the differentiable ops
+(operators and methods), Python-scalar conversions, then the in-place ops with torch's
+semantics (a ``Tracer`` overrides ``_inplace`` to record them instead).
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from minigrad.tensor_inplace import InPlaceOps
+from minigrad.grad_mode import state as _mode
+from minigrad.rules import PRIMITIVES, RuleCtx
+from minigrad.tracer_base import TracingError, is_tracer
 
 # Filled in by bind() (see the module docstring); typed Any so that no import is needed.
 ops: Any = None
@@ -51,7 +57,7 @@ def _as_array(data: Any, dtype: Any = None) -> np.ndarray:
     return arr
 
 
-class Tensor(InPlaceOps):
+class Tensor:
     """A NumPy array that records how it was computed (``grad_fn``) when grad is enabled."""
 
     # __slots__ keeps creation cheap: one Tensor is made per op on the hot path.
@@ -121,7 +127,7 @@ class Tensor(InPlaceOps):
         engine.backward([self], [gradient], retain_graph, create_graph)
 
     def detach(self) -> Tensor:
-        if getattr(type(self), "_traced", False):  # keep it traced (per example, per call)
+        if is_tracer(self):  # keep it traced (per example, per call)
             return ops.StopGradient.apply(self)
         t = Tensor._wrap(self.data)
         t._vc = self._vc  # same memory, same version counter
@@ -326,30 +332,30 @@ class Tensor(InPlaceOps):
         return ops.chunk(self, chunks, dim)
 
     def var(self, dim: Any = None, *, correction: float = 1, keepdim: bool = False) -> Tensor:
-        return ops.Var.apply(self, _norm_dim(dim, self.ndim), correction, keepdim)
+        return ops.Var.apply(self, dims_to_axis(dim, self.ndim), correction, keepdim)
 
     def std(self, dim: Any = None, *, correction: float = 1, keepdim: bool = False) -> Tensor:
         return ops.std_from_var(self.var(dim, correction=correction, keepdim=keepdim))
 
     def logsumexp(self, dim: Any, keepdim: bool = False) -> Tensor:
-        return ops.LogSumExp.apply(self, _norm_dim(dim, self.ndim), keepdim)
+        return ops.LogSumExp.apply(self, dims_to_axis(dim, self.ndim), keepdim)
 
     def sum(self, dim: Any = None, keepdim: bool = False) -> Tensor:
-        return ops.Sum.apply(self, _norm_dim(dim, self.ndim), keepdim)
+        return ops.Sum.apply(self, dims_to_axis(dim, self.ndim), keepdim)
 
     def mean(self, dim: Any = None, keepdim: bool = False) -> Tensor:
-        return ops.Mean.apply(self, _norm_dim(dim, self.ndim), keepdim)
+        return ops.Mean.apply(self, dims_to_axis(dim, self.ndim), keepdim)
 
     def amax(self, dim: Any = None, keepdim: bool = False) -> Tensor:
         """As torch.amax: ``dim`` may be a tuple; tied maxima share the gradient evenly."""
-        return ops.AMax.apply(self, _norm_dim(dim, self.ndim), keepdim, False)
+        return ops.AMax.apply(self, dims_to_axis(dim, self.ndim), keepdim, False)
 
     def max(self, dim: int | None = None, keepdim: bool = False) -> Any:
         """As torch: the maximum value (ties share the gradient evenly), or
         ``(values, indices)`` along ``dim`` (the gradient goes to the first arg-max)."""
         if dim is None:
             return ops.AMax.apply(self, None, False, True)  # a NaN is the max, as torch
-        axis = _norm_dim(dim, self.ndim)
+        axis = dims_to_axis(dim, self.ndim)
         values = ops.Max.apply(self, axis, keepdim)
         return MaxResult(values, ops.arg_max(self, axis, keepdim))
 
@@ -360,22 +366,22 @@ class Tensor(InPlaceOps):
         """As max: the minimum value, or ``(values, indices)`` along ``dim``."""
         if dim is None:
             return -(-self).max()
-        values = -ops.Max.apply(-self, _norm_dim(dim, self.ndim), keepdim)
-        return MaxResult(values, ops.arg_max(self, _norm_dim(dim, self.ndim), keepdim, False))
+        values = -ops.Max.apply(-self, dims_to_axis(dim, self.ndim), keepdim)
+        return MaxResult(values, ops.arg_max(self, dims_to_axis(dim, self.ndim), keepdim, False))
 
     def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
-        axis = None if dim is None else _norm_dim(dim, self.ndim)
+        axis = None if dim is None else dims_to_axis(dim, self.ndim)
         return ops.arg_max(self, axis, keepdim, largest=False)
 
     def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
-        axis = None if dim is None else _norm_dim(dim, self.ndim)
+        axis = None if dim is None else dims_to_axis(dim, self.ndim)
         return ops.arg_max(self, axis, keepdim)
 
     def softmax(self, dim: int) -> Tensor:
-        return ops.Softmax.apply(self, _norm_dim(dim, self.ndim))
+        return ops.Softmax.apply(self, dims_to_axis(dim, self.ndim))
 
     def log_softmax(self, dim: int) -> Tensor:
-        return ops.LogSoftmax.apply(self, _norm_dim(dim, self.ndim))
+        return ops.LogSoftmax.apply(self, dims_to_axis(dim, self.ndim))
 
     def reshape(self, *shape: Any) -> Tensor:
         if len(shape) == 1 and isinstance(shape[0], Sequence):
@@ -386,9 +392,9 @@ class Tensor(InPlaceOps):
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
         if self.ndim == 0:
-            _wrap_dim(start_dim, 0), _wrap_dim(end_dim, 0)
+            wrap_dim(start_dim, 0), wrap_dim(end_dim, 0)
             return self.reshape(1)
-        start, end = _wrap_dim(start_dim, self.ndim), _wrap_dim(end_dim, self.ndim)
+        start, end = wrap_dim(start_dim, self.ndim), wrap_dim(end_dim, self.ndim)
         if start > end:
             raise ValueError("flatten() has invalid args: start_dim cannot come after end_dim")
         merged = int(np.prod(self.shape[start : end + 1], dtype=np.int64))
@@ -403,13 +409,13 @@ class Tensor(InPlaceOps):
             dims = dim if isinstance(dim, Sequence) else (dim,)
             drop = {
                 d
-                for d in (_wrap_dim(d, self.ndim) for d in dims)
+                for d in (wrap_dim(d, self.ndim) for d in dims)
                 if self.ndim and self.shape[d] == 1
             }
         return self.reshape(*(s for i, s in enumerate(self.shape) if i not in drop))
 
     def unsqueeze(self, dim: int) -> Tensor:
-        d = _wrap_dim(dim, self.ndim + 1)  # one more place than dims: -ndim-1 .. ndim
+        d = wrap_dim(dim, self.ndim + 1)  # one more place than dims: -ndim-1 .. ndim
         return self.reshape(*self.shape[:d], 1, *self.shape[d:])
 
     def permute(self, *dims: Any) -> Tensor:
@@ -417,17 +423,17 @@ class Tensor(InPlaceOps):
             dims = tuple(dims[0])
         if len(dims) != self.ndim:
             raise ValueError(f"permute: {dims} is not a permutation of the {self.ndim} dims")
-        axes = tuple(_wrap_dim(d, self.ndim) for d in dims)
+        axes = tuple(wrap_dim(d, self.ndim) for d in dims)
         if sorted(axes) != list(range(self.ndim)):
             raise ValueError(f"permute: {dims} is not a permutation of the {self.ndim} dims")
         return ops.Permute.apply(self, axes)
 
     def transpose(self, dim0: int, dim1: int) -> Tensor:
         if self.ndim == 0:  # torch allows transpose(0, 0) and (-1, -1) of a 0-d tensor
-            _wrap_dim(dim0, 0), _wrap_dim(dim1, 0)
+            wrap_dim(dim0, 0), wrap_dim(dim1, 0)
             return ops.Reshape.apply(self, ())
         perm = list(range(self.ndim))
-        d0, d1 = _norm_dim(dim0, self.ndim), _norm_dim(dim1, self.ndim)
+        d0, d1 = dims_to_axis(dim0, self.ndim), dims_to_axis(dim1, self.ndim)
         perm[d0], perm[d1] = perm[d1], perm[d0]
         return ops.Permute.apply(self, tuple(perm))
 
@@ -486,8 +492,154 @@ class Tensor(InPlaceOps):
     def double(self) -> Tensor:
         return self.to(np.float64)
 
+    # ----------------------------------------------------------------- Python scalars
+    def __float__(self) -> float:
+        return float(self._one_element("float"))
 
-def _wrap_dim(dim: int, ndim: int) -> int:
+    def __int__(self) -> int:
+        return int(self._one_element("int"))
+
+    def __index__(self) -> int:
+        if self.data.dtype.kind not in "iub":
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self._one_element("index"))
+
+    def __format__(self, spec: str) -> str:
+        # as torch: a 0-dim tensor formats as its value; anything else as its repr, and only
+        # with an empty format spec
+        if self.data.ndim == 0:
+            return self.data.item().__format__(spec)
+        return object.__format__(self, spec)
+
+    def _one_element(self, what: str) -> Any:
+        if self.data.size != 1:
+            raise ValueError(
+                f"only one element tensors can be converted to Python scalars ({what}() of a "
+                f"tensor of shape {self.shape})"
+            )
+        return self.data.item()
+
+    # ----------------------------------------------------------------- in-place ops
+    def _check_inplace(self, other: Any = None) -> None:
+        """For the ops minigrad never records (zero_, fill_, copy_): only outside the graph,
+        and never on a traced tensor (the write would change one representative array)."""
+        if is_tracer(self) or is_tracer(other):
+            raise TracingError(
+                "zero_/fill_/copy_ inside a transformation (vmap, grad, jit) are not recorded; "
+                "use an out-of-place op (zeros_like, where, ...)"
+            )
+        if _mode.enabled and (self._rg or (isinstance(other, Tensor) and other._rg)):
+            raise RuntimeError(
+                "minigrad does not record this in-place operation: a tensor that requires grad "
+                "was modified in place with grad enabled; use an out-of-place op or no_grad()"
+            )
+
+    def _bump(self) -> Tensor:
+        self._vc[0] += 1
+        return self
+
+    def _inplace(self, op: str, other: Any, alpha: float = 1.0) -> Tensor:
+        """``self <op>= other`` with torch's semantics.
+
+        Outside the graph (no_grad, or nothing requires grad) the array is updated in place and
+        the version bumps, so every node that saved this tensor (or a view of it) notices. On a
+        leaf that requires grad, with grad enabled, it is torch's error. On a non-leaf (or when
+        ``other`` requires grad) the op is recorded: the tensor takes the result's value and
+        grad_fn, and a new version, so nodes that saved the old value refuse to backward, as in
+        torch. Unlike torch, views taken before keep the old value there, and a recorded in-place op
+        on a view is refused (torch would rewrite its base's history).
+        """
+        primitive = PRIMITIVES[op]
+        if is_tracer(other):  # a traced self is a Tracer, whose _inplace records the op
+            raise TracingError(
+                "in-place operation on a tensor that is not traced, with a traced operand, "
+                "inside a transformation is not supported; use an out-of-place op"
+            )
+        o = other.data if isinstance(other, Tensor) else other
+        if alpha != 1.0:
+            o = alpha * o
+        recording = _mode.enabled and (self._rg or (isinstance(other, Tensor) and other._rg))
+        if not recording:
+            result = primitive.forward(RuleCtx(), self.data, o)
+            if result.dtype != self.data.dtype and not np.can_cast(
+                result.dtype, self.data.dtype, "same_kind"
+            ):
+                raise RuntimeError(
+                    f"result type {result.dtype} can't be cast to the desired output type "
+                    f"{self.dtype}"
+                )
+            try:
+                self.data[...] = result
+            except ValueError:
+                raise RuntimeError(
+                    f"output with shape {self.shape} doesn't match the broadcast shape "
+                    f"{np.shape(result)}"
+                ) from None
+            return self._bump()
+        if self.grad_fn is None and self._rg:
+            raise RuntimeError(
+                "a leaf Variable that requires grad is being used in an in-place operation."
+            )
+        if getattr(self, "_view", False):
+            # torch rewrites the base's history (CopySlices); minigrad would update only the
+            # view, leaving the base's value and gradient silently wrong, so it refuses
+            raise RuntimeError(
+                "minigrad does not record an in-place operation on a view (indexing, "
+                "transpose, expand, ...) of a tensor in the graph; use an out-of-place op, "
+                "or clone() the view first"
+            )
+        old = self._wrap(self.data, self.grad_fn)
+        old._rg, old._vc = self._rg, self._vc
+        result = primitive.apply(old, other if alpha == 1.0 else other * alpha)
+        if result.shape != self.shape:
+            raise RuntimeError(
+                f"output with shape {self.shape} doesn't match the broadcast shape {result.shape}"
+            )
+        self.data, self.grad_fn, self._rg = result.data, result.grad_fn, True
+        self._vc = [self._vc[0] + 1]
+        return self
+
+    def __iadd__(self, other: Any) -> Tensor:
+        return self._inplace("Add", other)
+
+    def __isub__(self, other: Any) -> Tensor:
+        return self._inplace("Sub", other)
+
+    def __imul__(self, other: Any) -> Tensor:
+        return self._inplace("Mul", other)
+
+    def __itruediv__(self, other: Any) -> Tensor:
+        return self._inplace("Div", other)
+
+    def add_(self, other: Any, alpha: float = 1.0) -> Tensor:
+        return self._inplace("Add", other, alpha)
+
+    def sub_(self, other: Any, alpha: float = 1.0) -> Tensor:
+        return self._inplace("Sub", other, alpha)
+
+    def mul_(self, other: Any) -> Tensor:
+        return self._inplace("Mul", other)
+
+    def div_(self, other: Any) -> Tensor:
+        return self._inplace("Div", other)
+
+    def zero_(self) -> Tensor:
+        self._check_inplace()
+        self.data[...] = 0
+        return self._bump()
+
+    def fill_(self, value: float) -> Tensor:
+        self._check_inplace()
+        self.data[...] = value
+        return self._bump()
+
+    def copy_(self, src: Any) -> Tensor:
+        self._check_inplace(src)
+        self.data[...] = src.data if isinstance(src, Tensor) else src
+        return self._bump()
+
+
+def wrap_dim(dim: int, ndim: int) -> int:
     """torch's maybe_wrap_dim: -ndim <= dim < ndim (a 0-d tensor accepts 0 and -1)."""
     n = max(ndim, 1)
     if not -n <= dim < n:
@@ -497,15 +649,15 @@ def _wrap_dim(dim: int, ndim: int) -> int:
     return dim % n
 
 
-def _norm_dim(dim: Any, ndim: int) -> Any:
+def dims_to_axis(dim: Any, ndim: int) -> Any:
     """Normalise an int / sequence / None dim argument for NumPy's ``axis``. On a 0-d tensor
     dim 0 / -1 is accepted (as torch) and means the whole (one-element) tensor: None."""
     if dim is None:
         return None
     if isinstance(dim, Sequence):
-        axes = tuple(_wrap_dim(d, ndim) for d in dim)
+        axes = tuple(wrap_dim(d, ndim) for d in dim)
         return axes if ndim and axes else None  # dim=() reduces over all dims (torch 2.x)
-    axis = _wrap_dim(dim, ndim)
+    axis = wrap_dim(dim, ndim)
     return axis if ndim else None
 
 

@@ -12,7 +12,8 @@ from minigrad.func.jit import jit
 from minigrad.func.pytree import tree_flatten, tree_map, tree_unflatten
 from minigrad.func.stablehlo import LoweringError, to_stablehlo
 from minigrad.func.vmap import vmap
-from minigrad.tracing import IR, TracingError
+from minigrad.tracer_base import TracingError
+from minigrad.tracing import IR
 
 __all__ = [
     "IR",

@@ -19,7 +19,8 @@ from minigrad import rules
 from minigrad.func.ir import trace
 from minigrad.function import Primitive
 from minigrad.tensor import Tensor
-from minigrad.tracing import IR, Eqn, Lit, Tracer, Var
+from minigrad.tracer_base import is_tracer
+from minigrad.tracing import IR, Eqn, Lit, Var
 
 _ELEM = {
     "float32": "f32",
@@ -184,7 +185,7 @@ def lower_eqns(em: Emitter, ir: IR, env: dict) -> list:
     """Emit every equation of ``ir``; ``env`` maps its input Vars to SSA names."""
     for var, value in zip(ir.constvars, ir.consts, strict=True):
         if var not in env:
-            if isinstance(value, Tracer):
+            if is_tracer(value):
                 raise LoweringError(
                     "the function closes over a traced value of an outer transformation"
                 )

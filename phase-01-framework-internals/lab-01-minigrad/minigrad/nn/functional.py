@@ -10,9 +10,9 @@ import numpy as np
 from minigrad import attention, ops, rules
 from minigrad.creation import default_generator
 from minigrad.nn.losses import cross_entropy_general
-from minigrad.ops.dual import index_arg
-from minigrad.tensor import Tensor, _norm_dim
-from minigrad.tracing import Tracer
+from minigrad.ops.array_or_tensor import index_arg
+from minigrad.tensor import Tensor, dims_to_axis
+from minigrad.tracer_base import is_tracer
 
 
 def _t(x: Any) -> Tensor:
@@ -76,12 +76,12 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 def softmax(x: Tensor, dim: int, dtype: Any = None) -> Tensor:
     """As torch: ``dtype`` casts the input first (e.g. softmax of float32 in float64)."""
     x = x if dtype is None else _t(x).to(dtype)
-    return ops.Softmax.apply(x, _norm_dim(dim, x.ndim))
+    return ops.Softmax.apply(x, dims_to_axis(dim, x.ndim))
 
 
 def log_softmax(x: Tensor, dim: int, dtype: Any = None) -> Tensor:
     x = x if dtype is None else _t(x).to(dtype)
-    return ops.LogSoftmax.apply(x, _norm_dim(dim, x.ndim))
+    return ops.LogSoftmax.apply(x, dims_to_axis(dim, x.ndim))
 
 
 def cross_entropy(
@@ -99,7 +99,7 @@ def cross_entropy(
     everything else is composed of recorded ops (see minigrad.nn.losses)."""
     t = target.data if isinstance(target, Tensor) else np.asarray(target)
     if (
-        not isinstance(target, Tracer)  # its values (is an id ignored?) are known per call only
+        not is_tracer(target)  # its values (is an id ignored?) are known per call only
         and weight is None
         and not label_smoothing
         and reduction != "none"
@@ -168,14 +168,14 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     if not tensors:
         raise ValueError("cat: expected a non-empty list of tensors")
     ref = next((x for x in tensors if x.shape != (0,)), tensors[0])  # (0,): skipped, as torch
-    return ops.Cat.apply(_norm_dim(dim, ref.ndim), *tensors)
+    return ops.Cat.apply(dims_to_axis(dim, ref.ndim), *tensors)
 
 
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     tensors = [_t(x) for x in tensors]
     if not tensors:
         raise ValueError("stack: expected a non-empty list of tensors")
-    return ops.Stack.apply(_norm_dim(dim, tensors[0].ndim + 1), *tensors)
+    return ops.Stack.apply(dims_to_axis(dim, tensors[0].ndim + 1), *tensors)
 
 
 def split(x: Tensor, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
@@ -199,7 +199,7 @@ def masked_fill(x: Tensor, mask: Any, value: Any) -> Tensor:
 
 
 def var(x: Tensor, dim: Any = None, correction: float = 1, keepdim: bool = False) -> Tensor:
-    return ops.Var.apply(x, _norm_dim(dim, x.ndim), correction, keepdim)
+    return ops.Var.apply(x, dims_to_axis(dim, x.ndim), correction, keepdim)
 
 
 def std(x: Tensor, dim: Any = None, correction: float = 1, keepdim: bool = False) -> Tensor:
@@ -207,7 +207,7 @@ def std(x: Tensor, dim: Any = None, correction: float = 1, keepdim: bool = False
 
 
 def logsumexp(x: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
-    return ops.LogSumExp.apply(x, _norm_dim(dim, x.ndim), keepdim)
+    return ops.LogSumExp.apply(x, dims_to_axis(dim, x.ndim), keepdim)
 
 
 def embedding(input: Any, weight: Tensor, padding_idx: int | None = None) -> Tensor:  # noqa: A002

@@ -1,10 +1,10 @@
 """Every built-in differentiable op: one ``Primitive`` per op, forward and backward side by side,
 grouped by family. ``forward`` receives ndarrays; ``backward`` receives the upstream gradient
 ``g`` and reads ``ctx.saved_tensors``: ndarrays on the fast path, Tensors under
-``create_graph=True``. Backwards are written with Python operators and the dual helpers of
-:mod:`minigrad.ops.dual`, so second order needs no second set of rules.
+``create_graph=True``. Backwards are written with Python operators and the helpers of
+:mod:`minigrad.ops.array_or_tensor`, so second order needs no second set of rules.
 
-  dual.py         the helpers (sum_to, expand, reduce_sum, exp, log, softmax, ...)
+  array_or_tensor.py  helpers that run NumPy on an array, the primitive on a Tensor
   dtypes.py       torch's result dtype for binary ops; Cast
   elementwise.py  add, sub, mul, div, neg, pow, exp, log, tanh, sigmoid, relu, erf, abs,
                   sqrt, rsqrt, clamp, maximum, minimum, where
@@ -16,8 +16,8 @@ grouped by family. ``forward`` receives ndarrays; ``backward`` receives the upst
   softmax.py      softmax, log_softmax, cross_entropy
 """
 
+from minigrad.ops.array_or_tensor import *  # noqa: F403
 from minigrad.ops.dtypes import *  # noqa: F403
-from minigrad.ops.dual import *  # noqa: F403
 from minigrad.ops.elementwise import *  # noqa: F403
 from minigrad.ops.linalg import *  # noqa: F403
 from minigrad.ops.nn_ops import *  # noqa: F403

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from minigrad.function import Primitive
-from minigrad.ops.dual import (
-    _np_softmax,
+from minigrad.ops.array_or_tensor import (
     exp,
+    np_softmax,
     reduce_sum,
     softmax,
 )
@@ -19,7 +19,7 @@ class Softmax(Primitive):
     @staticmethod
     def forward(ctx, a, axis):
         ctx.axis = axis
-        out = _np_softmax(a, axis)
+        out = np_softmax(a, axis)
         ctx.save_for_backward(out)
         return out
 
