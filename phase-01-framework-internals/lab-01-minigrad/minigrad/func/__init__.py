@@ -7,10 +7,11 @@ and the ops' forward/backward know nothing about them. See HITCHHIKERS-GUIDE.md.
 """
 
 from minigrad.func.autodiff import grad, grad_and_value, hessian, jacfwd, jacrev, jvp, vjp
+from minigrad.func.emitter import LoweringError
 from minigrad.func.ir import eval_ir, make_ir
 from minigrad.func.jit import jit
 from minigrad.func.pytree import tree_flatten, tree_map, tree_unflatten
-from minigrad.func.stablehlo import LoweringError, to_stablehlo
+from minigrad.func.stablehlo import to_stablehlo
 from minigrad.func.vmap import vmap
 from minigrad.tracer_base import TracingError
 from minigrad.tracing import IR

@@ -3,7 +3,7 @@
 Direct rules map an op to one StableHLO op (plus the explicit broadcasts and converts NumPy
 does implicitly); composite ops lower by decomposition into simpler primitives, written as
 ordinary minigrad code (``decompose``). Imported by minigrad.func.stablehlo, so plain
-``import minigrad`` does not load it.
+``import minigrad`` does not load it; written with :mod:`minigrad.func.emitter`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from minigrad.func.stablehlo import Emitter, LoweringError, const_or_static, decompose, i64_array
+from minigrad.func.emitter import Emitter, LoweringError, const_or_static, decompose, i64_array
 from minigrad.ops.rulekit import P, rules_for
 from minigrad.tracing import Eqn
 
@@ -408,10 +408,6 @@ def _sum_to(a, shape):
         i + lead for i, s in enumerate(shape) if s == 1 and a.shape[i + lead] != 1
     )
     return P["Reshape"].apply(P["Sum"].apply(a, axes, False) if axes else a, tuple(shape))
-
-
-def _amax(a, axis, keepdims, nan_is_max=False):
-    return _kept(a, axis, keepdims, P["AMax"].apply(a, axis, True))
 
 
 def _first_max(a, axis):
