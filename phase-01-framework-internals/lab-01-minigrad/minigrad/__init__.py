@@ -31,26 +31,9 @@ from minigrad.engine import grad
 from minigrad.function import Context, Function, Primitive
 from minigrad.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from minigrad.gradcheck import GradcheckError, gradcheck, gradgradcheck
-from minigrad.nn.functional import (
-    abs,
-    cat,
-    chunk,
-    clamp,
-    gather,
-    index_select,
-    logsumexp,
-    masked_fill,
-    maximum,
-    minimum,
-    rsqrt,
-    split,
-    sqrt,
-    stack,
-    std,
-    var,
-    where,
-)
 from minigrad.tensor import Tensor, tensor
+from minigrad.torch_functions import *  # noqa: F403  (torch.add, torch.sum, torch.cat, ...)
+from minigrad.torch_functions import __all__ as _torch_functions
 
 # The import graph's one seam (see minigrad/tensor.py): Tensor's methods call ops and the engine.
 _tensor_module.bind(ops, engine)
@@ -59,33 +42,17 @@ float32 = "float32"
 float64 = "float64"
 
 __all__ = [
-    "abs",
+    *_torch_functions,
     "arange",
-    "cat",
-    "chunk",
-    "clamp",
     "full",
     "full_like",
-    "gather",
-    "index_select",
-    "logsumexp",
     "manual_seed",
-    "masked_fill",
-    "maximum",
-    "minimum",
     "ones",
     "ones_like",
     "rand",
     "rand_like",
     "randn",
     "randn_like",
-    "rsqrt",
-    "split",
-    "sqrt",
-    "stack",
-    "std",
-    "var",
-    "where",
     "zeros",
     "zeros_like",
     "Context",

@@ -39,6 +39,30 @@ def bind(ops_module: Any, engine_module: Any) -> None:
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
 
+# torch options minigrad takes only at the value that means "as minigrad always does".
+_ACCEPTED = {
+    "device": ("cpu", None),
+    "layout": ("torch.strided", None),
+    "memory_format": ("torch.preserve_format", "torch.contiguous_format", None),
+    "pin_memory": (False, None),
+    "non_blocking": (False, True),  # on the CPU a copy is never asynchronous
+    "out": (None,),
+}
+
+
+def check_torch_options(where: str, **options: Any) -> None:
+    """Refuse (TypeError) a torch option minigrad does not support, e.g. ``device="cuda"``;
+    accept the values that mean what minigrad does anyway (``device="cpu"``)."""
+    for name, value in options.items():
+        if name not in _ACCEPTED:
+            raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
+        shown = value if value is None or isinstance(value, bool) else str(value)
+        if shown not in _ACCEPTED[name]:
+            raise TypeError(
+                f"{where}: {name}={value!r} is not supported by minigrad "
+                f"(minigrad runs NumPy on the CPU; accepted: {_ACCEPTED[name]})"
+            )
+
 
 def _as_array(data: Any, dtype: Any = None) -> np.ndarray:
     """Lists and Python scalars become float32 (as in torch); ndarrays keep their dtype."""
@@ -266,7 +290,15 @@ class Tensor:
     def mul(self, other: Any) -> Tensor:
         return ops.Mul.apply(self, other)
 
-    def div(self, other: Any) -> Tensor:
+    def div(self, other: Any, *, rounding_mode: str | None = None) -> Tensor:
+        if rounding_mode is not None:
+            raise TypeError(
+                f"div: rounding_mode={rounding_mode!r} is not supported by minigrad "
+                "(true division only)"
+            )
+        return ops.Div.apply(self, other)
+
+    def true_divide(self, other: Any) -> Tensor:
         return ops.Div.apply(self, other)
 
     def neg(self) -> Tensor:
@@ -328,6 +360,9 @@ class Tensor:
     def split(self, split_size: Any, dim: int = 0) -> tuple[Tensor, ...]:
         return ops.split(self, split_size, dim)
 
+    def split_with_sizes(self, split_sizes: Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        return ops.split(self, list(split_sizes), dim)
+
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         return ops.chunk(self, chunks, dim)
 
@@ -350,9 +385,12 @@ class Tensor:
         """As torch.amax: ``dim`` may be a tuple; tied maxima share the gradient evenly."""
         return ops.AMax.apply(self, dims_to_axis(dim, self.ndim), keepdim, False)
 
-    def max(self, dim: int | None = None, keepdim: bool = False) -> Any:
-        """As torch: the maximum value (ties share the gradient evenly), or
-        ``(values, indices)`` along ``dim`` (the gradient goes to the first arg-max)."""
+    def max(self, dim: Any = None, keepdim: bool = False) -> Any:
+        """As torch: the maximum value (ties share the gradient evenly), ``(values, indices)``
+        along ``dim`` (the gradient goes to the first arg-max), or with a tensor in place of
+        ``dim`` the elementwise maximum (torch's ``max(input, other)`` overload)."""
+        if isinstance(dim, Tensor):
+            return ops.Maximum.apply(self, dim)
         if dim is None:
             return ops.AMax.apply(self, None, False, True)  # a NaN is the max, as torch
         axis = dims_to_axis(dim, self.ndim)
@@ -362,8 +400,11 @@ class Tensor:
     def amin(self, dim: Any = None, keepdim: bool = False) -> Tensor:
         return -(-self).amax(dim, keepdim)
 
-    def min(self, dim: int | None = None, keepdim: bool = False) -> Any:
-        """As max: the minimum value, or ``(values, indices)`` along ``dim``."""
+    def min(self, dim: Any = None, keepdim: bool = False) -> Any:
+        """As max: the minimum value, ``(values, indices)`` along ``dim``, or the elementwise
+        minimum with a tensor."""
+        if isinstance(dim, Tensor):
+            return ops.Minimum.apply(self, dim)
         if dim is None:
             return -(-self).max()
         values = -ops.Max.apply(-self, dims_to_axis(dim, self.ndim), keepdim)
@@ -377,11 +418,18 @@ class Tensor:
         axis = None if dim is None else dims_to_axis(dim, self.ndim)
         return ops.arg_max(self, axis, keepdim)
 
-    def softmax(self, dim: int) -> Tensor:
-        return ops.Softmax.apply(self, dims_to_axis(dim, self.ndim))
+    def softmax(self, dim: int, dtype: Any = None) -> Tensor:
+        """As torch: ``dtype`` casts the input first (e.g. softmax of float32 in float64)."""
+        x = self if dtype is None else self.to(dtype)
+        return ops.Softmax.apply(x, dims_to_axis(dim, x.ndim))
 
-    def log_softmax(self, dim: int) -> Tensor:
-        return ops.LogSoftmax.apply(self, dims_to_axis(dim, self.ndim))
+    def log_softmax(self, dim: int, dtype: Any = None) -> Tensor:
+        x = self if dtype is None else self.to(dtype)
+        return ops.LogSoftmax.apply(x, dims_to_axis(dim, x.ndim))
+
+    def where(self, condition: Any, other: Any) -> Tensor:
+        """``self`` where ``condition``, else ``other`` (torch's method form of where)."""
+        return ops.Where.apply(ops.index_arg(condition), self, other)
 
     def reshape(self, *shape: Any) -> Tensor:
         if len(shape) == 1 and isinstance(shape[0], Sequence):
@@ -460,19 +508,48 @@ class Tensor:
             shape = tuple(s if s != -1 else self.shape[i - lead] for i, s in enumerate(shape))
         return ops.BroadcastTo.apply(self, tuple(shape))
 
-    def to(self, dtype: Any, copy: bool = False) -> Tensor:
-        """A recorded cast (the gradient comes back in this tensor's dtype); ``self`` when
-        the dtype already matches, unless ``copy``."""
-        dtype = np.dtype(dtype)
+    def to(self, *args: Any, **kwargs: Any) -> Tensor:
+        """torch's three overloads: ``to(dtype, non_blocking=False, copy=False, *,
+        memory_format)``, ``to(device=None, dtype=None, non_blocking=False, copy=False, *,
+        memory_format)`` and ``to(other, non_blocking=False, copy=False)`` (other's dtype).
+        A recorded cast (the gradient comes back in this tensor's dtype); ``self`` when the
+        dtype already matches, unless ``copy``."""
+        names = ["dtype", "non_blocking", "copy"]
+        first = args[0] if args else kwargs.get("device", kwargs.get("other"))
+        if isinstance(first, Tensor):
+            args = (first.dtype, *args[1:])
+            kwargs.pop("other", None)
+        elif isinstance(first, str) or type(first).__name__ == "device":
+            names = ["device", "dtype", "non_blocking", "copy"]
+        if len(args) > len(names):
+            raise TypeError(f"to() takes at most {len(names)} positional arguments")
+        for name, value in zip(names, args, strict=False):
+            if name in kwargs:
+                raise TypeError(f"to() got multiple values for argument {name!r}")
+            kwargs[name] = value
+        unknown = set(kwargs) - {"device", "dtype", "non_blocking", "copy", "memory_format"}
+        if unknown:
+            raise TypeError(f"to() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+        check_torch_options(
+            "to",
+            device=kwargs.get("device"),
+            non_blocking=kwargs.get("non_blocking", False),
+            memory_format=kwargs.get("memory_format"),
+        )
+        dtype, copy = kwargs.get("dtype"), kwargs.get("copy", False)
+        return self._cast(self.dtype if dtype is None else np.dtype(dtype), copy)
+
+    def _cast(self, dtype: np.dtype, copy: bool) -> Tensor:
         if dtype == self.dtype and not copy:
             return self
         if dtype.kind != "f":  # as torch: an integer copy is not differentiable
             return Tensor._wrap(self.data.astype(dtype))
         return ops.Cast.apply(self, dtype)
 
-    def contiguous(self) -> Tensor:
+    def contiguous(self, memory_format: Any = None) -> Tensor:
         """NumPy copies where it must (a reshape of a transpose), so every tensor is usable as
         is; returned unchanged, as torch does for a contiguous tensor."""
+        check_torch_options("contiguous", memory_format=memory_format)
         return self
 
     def t(self) -> Tensor:
@@ -483,14 +560,17 @@ class Tensor:
     def square(self) -> Tensor:
         return ops.Mul.apply(self, self)
 
-    def clone(self) -> Tensor:
+    def clone(self, *, memory_format: Any = None) -> Tensor:
+        check_torch_options("clone", memory_format=memory_format)
         return ops.Cast.apply(self, self.dtype)
 
-    def float(self) -> Tensor:
-        return self.to(np.float32)
+    def float(self, memory_format: Any = None) -> Tensor:
+        check_torch_options("float", memory_format=memory_format)
+        return self._cast(np.dtype(np.float32), False)
 
-    def double(self) -> Tensor:
-        return self.to(np.float64)
+    def double(self, memory_format: Any = None) -> Tensor:
+        check_torch_options("double", memory_format=memory_format)
+        return self._cast(np.dtype(np.float64), False)
 
     # ----------------------------------------------------------------- Python scalars
     def __float__(self) -> float:

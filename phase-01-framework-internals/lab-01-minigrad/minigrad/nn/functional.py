@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from minigrad import attention, ops, rules
+from minigrad import ops, rules
 from minigrad.creation import default_generator
 from minigrad.nn.losses import cross_entropy_general
 from minigrad.ops.array_or_tensor import index_arg
@@ -17,44 +17,6 @@ from minigrad.tracer_base import is_tracer
 
 def _t(x: Any) -> Tensor:
     return x if isinstance(x, Tensor) else Tensor(x)
-
-
-def add(a: Any, b: Any, alpha: float = 1) -> Tensor:
-    """a + alpha * b, as torch.add."""
-    return ops.Add.apply(a, b if alpha == 1 else b * alpha)
-
-
-def sub(a: Any, b: Any, alpha: float = 1) -> Tensor:
-    """a - alpha * b, as torch.sub."""
-    return ops.Sub.apply(a, b if alpha == 1 else b * alpha)
-
-
-def mul(a: Any, b: Any) -> Tensor:
-    return ops.Mul.apply(a, b)
-
-
-def div(a: Any, b: Any) -> Tensor:
-    return ops.Div.apply(a, b)
-
-
-def neg(a: Tensor) -> Tensor:
-    return ops.Neg.apply(a)
-
-
-def pow(a: Any, exponent: Any) -> Tensor:  # noqa: A001  (torch's name)
-    return ops.Pow.apply(a, exponent)
-
-
-def matmul(a: Any, b: Any) -> Tensor:
-    return ops.MatMul.apply(a, b)
-
-
-def exp(x: Tensor) -> Tensor:
-    return ops.Exp.apply(x)
-
-
-def log(x: Tensor) -> Tensor:
-    return ops.Log.apply(x)
 
 
 def tanh(x: Tensor) -> Tensor:
@@ -134,82 +96,6 @@ def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:  # 
     raise ValueError(f"mse_loss: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
 
 
-# ----------------------------------------------------------------------------- new ops
-def abs(x: Tensor) -> Tensor:  # noqa: A001
-    return ops.Abs.apply(x)
-
-
-def sqrt(x: Tensor) -> Tensor:
-    return ops.Sqrt.apply(x)
-
-
-def rsqrt(x: Tensor) -> Tensor:
-    return ops.Rsqrt.apply(x)
-
-
-def clamp(x: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
-    return ops.Clamp.apply(x, min, max)
-
-
-def maximum(a: Any, b: Any) -> Tensor:
-    return ops.Maximum.apply(a, b)
-
-
-def minimum(a: Any, b: Any) -> Tensor:
-    return ops.Minimum.apply(a, b)
-
-
-def where(condition: Any, a: Any, b: Any) -> Tensor:
-    return ops.Where.apply(index_arg(condition), a, b)
-
-
-def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    tensors = [_t(x) for x in tensors]
-    if not tensors:
-        raise ValueError("cat: expected a non-empty list of tensors")
-    ref = next((x for x in tensors if x.shape != (0,)), tensors[0])  # (0,): skipped, as torch
-    return ops.Cat.apply(dims_to_axis(dim, ref.ndim), *tensors)
-
-
-def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    tensors = [_t(x) for x in tensors]
-    if not tensors:
-        raise ValueError("stack: expected a non-empty list of tensors")
-    return ops.Stack.apply(dims_to_axis(dim, tensors[0].ndim + 1), *tensors)
-
-
-def split(x: Tensor, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
-    return ops.split(x, split_size_or_sections, dim)
-
-
-def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
-    return ops.chunk(x, chunks, dim)
-
-
-def gather(x: Tensor, dim: int, index: Any) -> Tensor:
-    return ops.gather(x, dim, index)
-
-
-def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
-    return ops.index_select(x, dim, index)
-
-
-def masked_fill(x: Tensor, mask: Any, value: Any) -> Tensor:
-    return ops.MaskedFill.apply(x, index_arg(mask), value)
-
-
-def var(x: Tensor, dim: Any = None, correction: float = 1, keepdim: bool = False) -> Tensor:
-    return ops.Var.apply(x, dims_to_axis(dim, x.ndim), correction, keepdim)
-
-
-def std(x: Tensor, dim: Any = None, correction: float = 1, keepdim: bool = False) -> Tensor:
-    return ops.std_from_var(var(x, dim, correction, keepdim))
-
-
-def logsumexp(x: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
-    return ops.LogSumExp.apply(x, dims_to_axis(dim, x.ndim), keepdim)
-
-
 def embedding(input: Any, weight: Tensor, padding_idx: int | None = None) -> Tensor:  # noqa: A002
     if padding_idx is not None and padding_idx < 0:
         padding_idx += weight.shape[0]
@@ -251,6 +137,27 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     return ops.Dropout.apply(x, mask)
 
 
-def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False):
-    """softmax(q kᵀ / √d) v as one fused node (minigrad.attention.FusedAttention)."""
-    return attention.scaled_dot_product_attention(q, k, v, is_causal)
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """softmax(q kᵀ · scale) v as one node (minigrad.ops.attention.FusedAttention); scale
+    None is 1/√d, ``is_causal`` masks the future as torch does. torch's signature; an
+    explicit mask, dropout and grouped-query attention are refused."""
+    for name, given in (
+        ("attn_mask", attn_mask is not None),
+        ("dropout_p", dropout_p != 0.0),
+        ("enable_gqa", bool(enable_gqa)),
+    ):
+        if given:
+            raise TypeError(
+                f"scaled_dot_product_attention: {name} is not supported by minigrad "
+                "(is_causal and scale are)"
+            )
+    return ops.FusedAttention.apply(query, key, value, bool(is_causal), scale)

@@ -14,9 +14,11 @@ grouped by family. ``forward`` receives ndarrays; ``backward`` receives the upst
   select.py       cat, stack, gather (+ scatter-add), masked_fill, embedding
   nn_ops.py       layer_norm, gelu, dropout
   softmax.py      softmax, log_softmax, cross_entropy
+  attention.py    fused scaled-dot-product attention
 """
 
 from minigrad.ops.array_or_tensor import *  # noqa: F403
+from minigrad.ops.attention import *  # noqa: F403
 from minigrad.ops.dtypes import *  # noqa: F403
 from minigrad.ops.elementwise import *  # noqa: F403
 from minigrad.ops.linalg import *  # noqa: F403
