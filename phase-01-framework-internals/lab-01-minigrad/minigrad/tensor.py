@@ -43,7 +43,14 @@ MaxResult = namedtuple("MaxResult", ["values", "indices"])
 _ACCEPTED = {
     "device": ("cpu", None),
     "layout": ("torch.strided", None),
-    "memory_format": ("torch.preserve_format", "torch.contiguous_format", None),
+    # a memory format picks strides, never values, and minigrad shows no strides
+    "memory_format": (
+        "torch.preserve_format",
+        "torch.contiguous_format",
+        "torch.channels_last",
+        "torch.channels_last_3d",
+        None,
+    ),
     "pin_memory": (False, None),
     "non_blocking": (False, True),  # on the CPU a copy is never asynchronous
     "out": (None,),
@@ -366,11 +373,19 @@ class Tensor:
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         return ops.chunk(self, chunks, dim)
 
-    def var(self, dim: Any = None, *, correction: float = 1, keepdim: bool = False) -> Tensor:
+    def var(self, *args: Any, **kwargs: Any) -> Tensor:
+        """torch's overloads: ``var(unbiased=True)``, ``var(dim, unbiased=True,
+        keepdim=False)`` and ``var(dim=None, *, correction=None, keepdim=False)``
+        (correction None is 1; unbiased=False is correction 0)."""
+        dim, correction, keepdim = _variance_args("var", args, kwargs)
         return ops.Var.apply(self, dims_to_axis(dim, self.ndim), correction, keepdim)
 
-    def std(self, dim: Any = None, *, correction: float = 1, keepdim: bool = False) -> Tensor:
-        return ops.std_from_var(self.var(dim, correction=correction, keepdim=keepdim))
+    def std(self, *args: Any, **kwargs: Any) -> Tensor:
+        """As var, then the square root (torch.std's overloads)."""
+        dim, correction, keepdim = _variance_args("std", args, kwargs)
+        return ops.std_from_var(
+            ops.Var.apply(self, dims_to_axis(dim, self.ndim), correction, keepdim)
+        )
 
     def logsumexp(self, dim: Any, keepdim: bool = False) -> Tensor:
         return ops.LogSumExp.apply(self, dims_to_axis(dim, self.ndim), keepdim)
@@ -601,7 +616,8 @@ class Tensor:
 
     # ----------------------------------------------------------------- in-place ops
     def _check_inplace(self, other: Any = None) -> None:
-        """For the ops minigrad never records (zero_, fill_, copy_): only outside the graph,
+        """For the in-place ops minigrad does not record (copy_, and fill_ of a tensor
+        outside the graph): only outside the graph,
         and never on a traced tensor (the write would change one representative array)."""
         if is_tracer(self) or is_tracer(other):
             raise TracingError(
@@ -656,6 +672,13 @@ class Tensor:
                     f"{np.shape(result)}"
                 ) from None
             return self._bump()
+        return self._record_inplace(
+            lambda old: primitive.apply(old, other if alpha == 1.0 else other * alpha)
+        )
+
+    def _record_inplace(self, make: Any) -> Tensor:
+        """A recorded in-place op: ``make(old)`` computes the new value from a Tensor standing
+        for the old one; this tensor takes its value, grad_fn and a new version."""
         if self.grad_fn is None and self._rg:
             raise RuntimeError(
                 "a leaf Variable that requires grad is being used in an in-place operation."
@@ -670,7 +693,7 @@ class Tensor:
             )
         old = self._wrap(self.data, self.grad_fn)
         old._rg, old._vc = self._rg, self._vc
-        result = primitive.apply(old, other if alpha == 1.0 else other * alpha)
+        result = make(old)
         if result.shape != self.shape:
             raise RuntimeError(
                 f"output with shape {self.shape} doesn't match the broadcast shape {result.shape}"
@@ -704,19 +727,43 @@ class Tensor:
         return self._inplace("Div", other)
 
     def zero_(self) -> Tensor:
-        self._check_inplace()
-        self.data[...] = 0
-        return self._bump()
+        return self.fill_(0)
 
-    def fill_(self, value: float) -> Tensor:
-        self._check_inplace()
-        self.data[...] = value
+    def fill_(self, value: Any) -> Tensor:
+        if _mode.enabled and self._rg and not is_tracer(self):
+            # recorded, as torch: the new value does not depend on the old (gradient 0)
+            everywhere = np.ones(self.shape, dtype=bool)
+            return self._record_inplace(
+                lambda old: PRIMITIVES["Where"].apply(everywhere, value, old)
+            )
+        self._check_inplace(value)
+        self.data[...] = value.data if isinstance(value, Tensor) else value
         return self._bump()
 
     def copy_(self, src: Any) -> Tensor:
         self._check_inplace(src)
         self.data[...] = src.data if isinstance(src, Tensor) else src
         return self._bump()
+
+
+def _variance_args(name: str, args: tuple, kwargs: dict) -> tuple[Any, float, bool]:
+    """(dim, correction, keepdim) from torch's var/std argument forms."""
+    names = ["unbiased"] if args and isinstance(args[0], bool) else ["dim", "unbiased", "keepdim"]
+    if len(args) > len(names):
+        raise TypeError(f"{name}() takes at most {len(names)} positional arguments")
+    for key, value in zip(names, args, strict=False):
+        if key in kwargs:
+            raise TypeError(f"{name}() got multiple values for argument {key!r}")
+        kwargs[key] = value
+    unknown = set(kwargs) - {"dim", "unbiased", "correction", "keepdim"}
+    if unknown:
+        raise TypeError(f"{name}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+    unbiased, correction = kwargs.get("unbiased"), kwargs.get("correction")
+    if unbiased is not None and correction is not None:
+        raise TypeError(f"{name}(): give unbiased or correction, not both")
+    if correction is None:
+        correction = 0 if unbiased is False else 1
+    return kwargs.get("dim"), correction, bool(kwargs.get("keepdim", False))
 
 
 def wrap_dim(dim: int, ndim: int) -> int:

@@ -24,13 +24,13 @@ import numpy as np
 
 from minigrad.function import Primitive
 from minigrad.ops.array_or_tensor import reduce_sum, softmax, sum_to, where
-from minigrad.ops.rulekit import Decomposition, P, rules_for
+from minigrad.ops.rulekit import Decomposition, P, align, ex_ndim, rules_for
 
 
 def check_shapes(q: Any, k: Any, v: Any) -> None:
-    if q.ndim < 2 or q.ndim != k.ndim or k.ndim != v.ndim:
+    if min(q.ndim, k.ndim, v.ndim) < 2:
         raise ValueError(
-            f"attention needs q, k, v with the same rank >= 2, got {q.shape}, {k.shape}, {v.shape}"
+            f"attention needs q, k, v of rank >= 2, got {q.shape}, {k.shape}, {v.shape}"
         )
     try:
         np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -92,11 +92,14 @@ class FusedAttention(Primitive):
 
 # ----------------------------------------------------------------------------- rules
 def _attention_vmap(size, args, batched):
-    """The batch is one more broadcast dim in front: an unbatched input gets a unit one."""
+    """The batch is one more broadcast dim in front: every input is brought to the same
+    example rank (unit dims after the batch dim), an unbatched one gets a unit batch dim."""
     q, k, v, is_causal, scale = args
+    xs, flags = (q, k, v), batched[:3]
+    rank = max(ex_ndim(x, b) for x, b in zip(xs, flags, strict=True))
     q, k, v = (
-        x if b else P["Reshape"].apply(x, (1,) + x.shape)
-        for x, b in zip((q, k, v), batched[:3], strict=True)
+        align(x, True, rank) if b else P["Reshape"].apply(x, (1,) * (rank + 1 - x.ndim) + x.shape)
+        for x, b in zip(xs, flags, strict=True)
     )
     return FusedAttention.apply(q, k, v, is_causal, scale)
 
