@@ -36,6 +36,13 @@ def register(kind: str, primitive: type) -> Callable[[Callable[..., Any]], Calla
     return decorator
 
 
+def unregister(primitive: type) -> None:
+    """Remove a primitive and all its rules (for a throwaway primitive, e.g. in a test)."""
+    PRIMITIVES.pop(primitive.__name__, None)
+    for table in RULES.values():
+        table.pop(primitive, None)
+
+
 def get(kind: str, primitive: type) -> Callable[..., Any]:
     try:
         return RULES[kind][primitive]

@@ -36,7 +36,13 @@ from minigrad.ops.array_or_tensor import (
     where,
 )
 from minigrad.ops.dtypes import cast_to_torch_result, grads_in_input_dtypes, torch_result_type
-from minigrad.ops.rulekit import is_array, rules_for, tangent_sum, vmap_elementwise
+from minigrad.ops.rulekit import (
+    Decomposition,
+    is_array,
+    rules_for,
+    tangent_sum,
+    vmap_elementwise,
+)
 
 
 class UnaryMap(Primitive):
@@ -46,13 +52,15 @@ class UnaryMap(Primitive):
 
     ``saves`` says which value ``chain`` reads ("input", "output" or "none": backward gets
     only that one, the other is None); ``float_only`` computes an integer input in float32,
-    torch's default float dtype (NumPy would use float64).
+    torch's default float dtype (NumPy would use float64); ``decomposition`` (optional, the
+    map written with other primitives) is its lowering for jit.
     """
 
     abstract = True
     saves = "input"
     float_only = True
     linear = False
+    decomposition: Callable[..., Any] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -62,6 +70,7 @@ class UnaryMap(Primitive):
                 vmap=vmap_elementwise(cls, (0,)),
                 jvp=_unary_jvp(cls),
                 transpose=_unary_transpose(cls) if cls.linear else None,
+                lower=Decomposition(cls.decomposition) if cls.decomposition else None,
             )
 
     @staticmethod
@@ -123,13 +132,15 @@ class Elementwise(Primitive):
     Backward sums each partial down to its input's shape; jvp adds the partials of the
     tangents; the transpose for an input in ``linear_in`` (where the op is linear in it, the
     others held constant) is its backward term. ``saves`` lists what the partials read
-    (input positions, and "out"); the others reach them as None.
+    (input positions, and "out"); the others reach them as None. ``decomposition`` as for
+    UnaryMap.
     """
 
     abstract = True
     partials: tuple = ()
     saves: tuple = ()
     linear_in: tuple[int, ...] = ()
+    decomposition: Callable[..., Any] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -142,6 +153,7 @@ class Elementwise(Primitive):
             vmap=vmap_elementwise(cls, tuple(range(n))),
             jvp=_elementwise_jvp(cls),
             transpose=_elementwise_transpose(cls) if cls.linear_in else None,
+            lower=Decomposition(cls.decomposition) if cls.decomposition else None,
         )
 
     @staticmethod
