@@ -41,7 +41,7 @@ def count_dependencies(roots: list[Context]) -> dict[Context, int]:
 def _root_gradient(t: Tensor, grad: Any, create_graph: bool) -> Any:
     if not isinstance(t, Tensor):
         raise TypeError(f"backward() needs Tensors, got {type(t).__name__}")
-    if not t._rg:
+    if not t._requires_grad:
         raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
     if grad is None:
         if t.data.size != 1:
@@ -336,7 +336,7 @@ def grad(
     if len(grad_outputs) != len(outputs):
         raise ValueError(f"grad_outputs has {len(grad_outputs)} entries for {len(outputs)} outputs")
     for i, x in enumerate(inputs):
-        if not isinstance(x, Tensor) or not x._rg:
+        if not isinstance(x, Tensor) or not x._requires_grad:
             raise RuntimeError(f"input {i} of autograd.grad does not require grad")
     if retain_graph is None:
         retain_graph = create_graph

@@ -93,7 +93,15 @@ class Tensor:
 
     # __slots__ keeps creation cheap: one Tensor is made per op on the hot path.
     # ``_view`` is set (only) on a view made by an op; unset reads as False via getattr.
-    __slots__ = ("data", "grad", "grad_fn", "_rg", "_vc", "_view", "__weakref__")
+    __slots__ = (
+        "data",
+        "grad",
+        "grad_fn",
+        "_requires_grad",
+        "_version_counter",
+        "_view",
+        "__weakref__",
+    )
     # Make ``ndarray <op> Tensor`` defer to our reflected operators instead of broadcasting
     # the Tensor as an object array.
     __array_ufunc__ = None
@@ -102,9 +110,9 @@ class Tensor:
         self.data: np.ndarray = _as_array(data, dtype)
         self.grad: Tensor | None = None
         self.grad_fn = None
-        self._rg = False
+        self._requires_grad = False
         # The version counter is a one-element list so that views can share it.
-        self._vc = [0]
+        self._version_counter = [0]
         if requires_grad:
             self.requires_grad = True
 
@@ -115,14 +123,14 @@ class Tensor:
         t.data = arr
         t.grad = None
         t.grad_fn = grad_fn
-        t._rg = grad_fn is not None
-        t._vc = [0]
+        t._requires_grad = grad_fn is not None
+        t._version_counter = [0]
         return t
 
     # ----------------------------------------------------------------- autograd state
     @property
     def requires_grad(self) -> bool:
-        return self._rg
+        return self._requires_grad
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
@@ -134,7 +142,7 @@ class Tensor:
             raise RuntimeError(
                 "you can only change requires_grad of leaf tensors; use .detach() instead"
             )
-        self._rg = bool(value)
+        self._requires_grad = bool(value)
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         self.requires_grad = requires_grad
@@ -146,7 +154,7 @@ class Tensor:
 
     @property
     def _version(self) -> int:
-        return self._vc[0]
+        return self._version_counter[0]
 
     def backward(
         self,
@@ -161,7 +169,7 @@ class Tensor:
         if is_tracer(self):  # keep it traced (per example, per call)
             return ops.StopGradient.apply(self)
         t = Tensor._wrap(self.data)
-        t._vc = self._vc  # same memory, same version counter
+        t._version_counter = self._version_counter  # same memory, same version counter
         return t
 
     # ----------------------------------------------------------------- plain accessors
@@ -187,7 +195,7 @@ class Tensor:
         return self.data.size
 
     def numpy(self) -> np.ndarray:
-        if self._rg:
+        if self._requires_grad:
             raise RuntimeError(
                 "can't call numpy() on a tensor that requires grad; use tensor.detach().numpy()"
             )
@@ -208,7 +216,7 @@ class Tensor:
         extra = ""
         if self.grad_fn is not None:
             extra = f", grad_fn=<{type(self.grad_fn).__name__}>"
-        elif self._rg:
+        elif self._requires_grad:
             extra = ", requires_grad=True"
         return f"tensor({np.array2string(self.data, separator=', ')}, dtype={self.dtype}{extra})"
 
@@ -624,14 +632,16 @@ class Tensor:
                 "zero_/fill_/copy_ inside a transformation (vmap, grad, jit) are not recorded; "
                 "use an out-of-place op (zeros_like, where, ...)"
             )
-        if _mode.enabled and (self._rg or (isinstance(other, Tensor) and other._rg)):
+        if _mode.enabled and (
+            self._requires_grad or (isinstance(other, Tensor) and other._requires_grad)
+        ):
             raise RuntimeError(
                 "minigrad does not record this in-place operation: a tensor that requires grad "
                 "was modified in place with grad enabled; use an out-of-place op or no_grad()"
             )
 
     def _bump(self) -> Tensor:
-        self._vc[0] += 1
+        self._version_counter[0] += 1
         return self
 
     def _inplace(self, op: str, other: Any, alpha: float = 1.0) -> Tensor:
@@ -654,7 +664,9 @@ class Tensor:
         o = other.data if isinstance(other, Tensor) else other
         if alpha != 1.0:
             o = alpha * o
-        recording = _mode.enabled and (self._rg or (isinstance(other, Tensor) and other._rg))
+        recording = _mode.enabled and (
+            self._requires_grad or (isinstance(other, Tensor) and other._requires_grad)
+        )
         if not recording:
             result = primitive.forward(RuleCtx(), self.data, o)
             if result.dtype != self.data.dtype and not np.can_cast(
@@ -679,7 +691,7 @@ class Tensor:
     def _record_inplace(self, make: Any) -> Tensor:
         """A recorded in-place op: ``make(old)`` computes the new value from a Tensor standing
         for the old one; this tensor takes its value, grad_fn and a new version."""
-        if self.grad_fn is None and self._rg:
+        if self.grad_fn is None and self._requires_grad:
             raise RuntimeError(
                 "a leaf Variable that requires grad is being used in an in-place operation."
             )
@@ -692,14 +704,14 @@ class Tensor:
                 "or clone() the view first"
             )
         old = self._wrap(self.data, self.grad_fn)
-        old._rg, old._vc = self._rg, self._vc
+        old._requires_grad, old._version_counter = self._requires_grad, self._version_counter
         result = make(old)
         if result.shape != self.shape:
             raise RuntimeError(
                 f"output with shape {self.shape} doesn't match the broadcast shape {result.shape}"
             )
-        self.data, self.grad_fn, self._rg = result.data, result.grad_fn, True
-        self._vc = [self._vc[0] + 1]
+        self.data, self.grad_fn, self._requires_grad = result.data, result.grad_fn, True
+        self._version_counter = [self._version_counter[0] + 1]
         return self
 
     def __iadd__(self, other: Any) -> Tensor:
@@ -730,7 +742,7 @@ class Tensor:
         return self.fill_(0)
 
     def fill_(self, value: Any) -> Tensor:
-        if _mode.enabled and self._rg and not is_tracer(self):
+        if _mode.enabled and self._requires_grad and not is_tracer(self):
             # recorded, as torch: the new value does not depend on the old (gradient 0)
             everywhere = np.ones(self.shape, dtype=bool)
             return self._record_inplace(

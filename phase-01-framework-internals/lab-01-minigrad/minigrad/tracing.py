@@ -150,7 +150,13 @@ class Tracer(Tensor, Traced):
     @classmethod
     def _make(cls, trace: Trace, var: Var, rep: np.ndarray) -> Tracer:
         t = object.__new__(cls)
-        t.data, t.grad, t.grad_fn, t._rg, t._vc = rep, None, None, False, [0]
+        t.data, t.grad, t.grad_fn, t._requires_grad, t._version_counter = (
+            rep,
+            None,
+            None,
+            False,
+            [0],
+        )
         t._trace, t._var = trace, var
         return t
 
