@@ -1,14 +1,15 @@
 """minigrad: a small reverse-mode autodiff engine on NumPy with PyTorch's API.
 
-Layout (engine apart from ops):
-  tensor.py    Tensor (data, grad, grad_fn, version counter) and operator sugar
-  tensor_inplace.py  Tensor's in-place ops and float()/int()/format()
-  grad_mode.py no_grad / enable_grad: the switch that says whether ops record
+Layout (engine apart from ops; the README's "Reading the core" gives the order):
+  grad_mode.py, rules.py, tracer_base.py  the leaves: record or not, rule tables, is_tracer
+  tensor.py    Tensor (data, grad, grad_fn, version counter), its ops and in-place ops
+  tracing.py   Tracer, Trace, IR: what the transformations record
   function.py  Function / Primitive / ctx: one apply records one graph node per op
   engine.py    backward() and grad(): one Kahn loop, accumulation, retain/create_graph
-  ops/         every built-in op as a Primitive, forward and backward side by side
+  ops/         every built-in op as a Primitive, with its rules (each derivative once)
+  torch_functions.py  torch's top-level functions (minigrad.add, minigrad.var, ...)
   creation.py  zeros, ones, full, arange, randn, rand, *_like, manual_seed
-  rules.py     per-primitive rule tables (the hook for vmap / IR-lowering rules)
+  func/        minigrad.func: vmap, grad, jvp, functional_call, jit, ...
 """
 
 from minigrad import autograd, engine, nn, ops, optim, rules

@@ -1,6 +1,6 @@
 """vmap: trace ``f`` on one example, then interpret the IR with each primitive's batching rule.
 
-Every batched value carries its batch as dim 0 (in_axes are moved there first, out_axes
+Every batched value carries its batch as dim 0 (in_dims are moved there first, out_dims
 applied last); a rule gets the op's arguments and which of them are batched, and applies
 ordinary primitives to them. Those may be tracers of an enclosing transformation, so vmap
 composes with grad/jvp/vmap without any rule knowing about the others.

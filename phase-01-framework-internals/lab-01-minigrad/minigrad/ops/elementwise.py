@@ -147,7 +147,13 @@ class Elementwise(Primitive):
         if cls.__dict__.get("abstract", False):
             return
         n = len(cls.partials)
-        cls._slots = tuple(n if s == "out" else s for s in cls.saves)
+        slots = tuple(n if s == "out" else s for s in cls.saves)
+        if slots not in (tuple(range(len(slots))), (*range(n), n)):
+            raise TypeError(
+                f"{cls.__name__}.saves must be the leading inputs, or all inputs and 'out'"
+            )
+        # what backward pads the saved values with to get (*inputs, out)
+        cls._unsaved = (None,) * (n + 1 - len(slots))
         rules_for(
             cls,
             vmap=vmap_elementwise(cls, tuple(range(n))),
@@ -163,24 +169,32 @@ class Elementwise(Primitive):
     @classmethod
     def forward(cls, ctx, *args):
         out = cls.compute(ctx, *args)
-        ctx.shapes = tuple([shape_of(x) for x in args])
-        if cls.saves:
-            ctx.save_for_backward(*[out if s == "out" else args[s] for s in cls.saves])
+        ctx.shapes = tuple(map(shape_of, args))
+        saves = cls.saves
+        if saves:
+            if saves[-1] == "out":
+                ctx.save_for_backward(*args, out)
+            else:
+                ctx.save_for_backward(*args[: len(saves)])
         return out
 
     @classmethod
     def backward(cls, ctx, g):
-        shapes = ctx.shapes
-        vals = [None] * (len(shapes) + 1)
-        if cls._slots:
-            for slot, v in zip(cls._slots, ctx.saved_tensors, strict=True):
-                vals[slot] = v
-        grads = tuple(
-            [
-                sum_to(p(g, *vals), shape) if need and p is not None else None
-                for p, need, shape in zip(cls.partials, ctx.needs_input_grad, shapes, strict=True)
-            ]
-        )
+        # (the hot path of every binary op: written out rather than as a loop)
+        vals = ctx.saved_tensors + cls._unsaved if cls.saves else cls._unsaved
+        needs, shapes, partials = ctx.needs_input_grad, ctx.shapes, cls.partials
+        if len(partials) == 2:
+            pa, pb = partials
+            ga = sum_to(pa(g, *vals), shapes[0]) if needs[0] else None
+            gb = sum_to(pb(g, *vals), shapes[1]) if needs[1] else None
+            grads = (ga, gb)
+        else:
+            grads = tuple(
+                [
+                    sum_to(p(g, *vals), shape) if need and p is not None else None
+                    for p, need, shape in zip(partials, needs, shapes, strict=True)
+                ]
+            )
         if getattr(ctx, "in_dtypes", None):  # a mixed-dtype forward: each in its own dtype
             return grads_in_input_dtypes(ctx, *grads)
         return grads
@@ -434,7 +448,7 @@ class ReLU(UnaryMap):
 
     @staticmethod
     def chain(g, a, out):
-        return where(gt(a, 0), g, 0.0)
+        return g * gt(a, 0)  # a mask product: several times faster than where(mask, g, 0)
 
 
 _TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
