@@ -542,7 +542,7 @@ class Tensor:
         if isinstance(first, Tensor):
             args = (first.dtype, *args[1:])
             kwargs.pop("other", None)
-        elif isinstance(first, str) or type(first).__name__ == "device":
+        elif type(first).__name__ == "device" or (isinstance(first, str) and not _is_dtype(first)):
             names = ["device", "dtype", "non_blocking", "copy"]
         if len(args) > len(names):
             raise TypeError(f"to() takes at most {len(names)} positional arguments")
@@ -756,6 +756,15 @@ class Tensor:
         self._check_inplace(src)
         self.data[...] = src.data if isinstance(src, Tensor) else src
         return self._bump()
+
+
+def _is_dtype(name: str) -> bool:
+    """A dtype's name ("float64", minigrad.float64) rather than a device's ("cpu")."""
+    try:
+        np.dtype(name)
+    except TypeError:
+        return False
+    return True
 
 
 def _variance_args(name: str, args: tuple, kwargs: dict) -> tuple[Any, float, bool]:

@@ -11,7 +11,7 @@ from minigrad import ops, rules
 from minigrad.creation import default_generator
 from minigrad.nn.losses import cross_entropy_general
 from minigrad.ops.array_or_tensor import index_arg
-from minigrad.tensor import Tensor, dims_to_axis
+from minigrad.tensor import Tensor
 from minigrad.tracer_base import is_tracer
 
 
@@ -27,38 +27,78 @@ def sigmoid(x: Tensor) -> Tensor:
     return ops.Sigmoid.apply(x)
 
 
-def relu(x: Tensor) -> Tensor:
-    return ops.ReLU.apply(x)
+def relu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002  (torch's names)
+    _refuse("relu", inplace=inplace)
+    return ops.ReLU.apply(input)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return ops.Linear.apply(x, weight, bias)
 
 
-def softmax(x: Tensor, dim: int, dtype: Any = None) -> Tensor:
-    """As torch: ``dtype`` casts the input first (e.g. softmax of float32 in float64)."""
-    x = x if dtype is None else _t(x).to(dtype)
-    return ops.Softmax.apply(x, dims_to_axis(dim, x.ndim))
+def _softmax_dim(dim: int | None, ndim: int) -> int:
+    """torch's implicit dim when none is given (deprecated there): 0 for 0-, 1- and 3-dim
+    inputs, else 1."""
+    if dim is not None:
+        return dim
+    return 0 if ndim in (0, 1, 3) else 1
 
 
-def log_softmax(x: Tensor, dim: int, dtype: Any = None) -> Tensor:
-    x = x if dtype is None else _t(x).to(dtype)
-    return ops.LogSoftmax.apply(x, dims_to_axis(dim, x.ndim))
+def softmax(
+    input: Tensor,  # noqa: A002  (torch's names, and torch's argument order)
+    dim: int | None = None,
+    _stacklevel: int = 3,
+    dtype: Any = None,
+) -> Tensor:
+    """As torch: ``dtype`` casts the input first (e.g. softmax of float32 in float64);
+    ``_stacklevel`` (torch's warning depth) changes nothing."""
+    x = _t(input)
+    return x.softmax(_softmax_dim(dim, x.ndim), dtype)
+
+
+def log_softmax(
+    input: Tensor,  # noqa: A002
+    dim: int | None = None,
+    _stacklevel: int = 3,
+    dtype: Any = None,
+) -> Tensor:
+    x = _t(input)
+    return x.log_softmax(_softmax_dim(dim, x.ndim), dtype)
+
+
+def _reduction(size_average: Any, reduce: Any, reduction: str) -> str:
+    """torch's legacy size_average / reduce arguments, mapped as torch maps them."""
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    return "none" if not reduce else "mean" if size_average else "sum"
+
+
+def _refuse(where: str, **options: Any) -> None:
+    """A TypeError for a torch option minigrad does not support, given a non-default value."""
+    for name, value in options.items():
+        if value:
+            raise TypeError(f"{where}: {name}={value!r} is not supported by minigrad")
 
 
 def cross_entropy(
     input: Tensor,  # noqa: A002  (torch's name)
     target: Any,
     weight: Any = None,
+    size_average: bool | None = None,
     ignore_index: int = -100,
+    reduce: bool | None = None,
     reduction: str = "mean",
     label_smoothing: float = 0.0,
 ) -> Tensor:
-    """torch.nn.functional.cross_entropy: class-index or class-probability targets, inputs
-    (C,), (N, C) or (N, C, d1, ...), class weights, ignore_index, label smoothing.
+    """torch.nn.functional.cross_entropy, with torch's argument order: class-index or
+    class-probability targets, inputs (C,), (N, C) or (N, C, d1, ...), class weights,
+    ignore_index, label smoothing; the legacy size_average / reduce as torch maps them.
 
     The common case, (N, C) logits with class ids and no options, is one fused primitive;
     everything else is composed of recorded ops (see minigrad.nn.losses)."""
+    reduction = _reduction(size_average, reduce, reduction)
     t = target.data if isinstance(target, Tensor) else np.asarray(target)
     if (
         not is_tracer(target)  # its values (is an id ignored?) are known per call only
@@ -78,8 +118,18 @@ def cross_entropy(
     return cross_entropy_general(input, t, weight, ignore_index, reduction, label_smoothing, target)
 
 
-def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:  # noqa: A002
-    """Mean (or summed, or per-element with "none") squared difference, as torch."""
+def mse_loss(
+    input: Tensor,  # noqa: A002
+    target: Any,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    weight: Any = None,
+) -> Tensor:
+    """Mean (or summed, or per-element with "none") squared difference, as torch (torch's
+    argument order; the legacy size_average / reduce as torch maps them; no weight)."""
+    _refuse("mse_loss", weight=weight is not None)
+    reduction = _reduction(size_average, reduce, reduction)
     target_shape = target.shape if hasattr(target, "shape") else ()
     if tuple(target_shape) != tuple(input.shape):
         raise ValueError(
@@ -96,7 +146,23 @@ def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:  # 
     raise ValueError(f"mse_loss: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
 
 
-def embedding(input: Any, weight: Tensor, padding_idx: int | None = None) -> Tensor:  # noqa: A002
+def embedding(
+    input: Any,  # noqa: A002
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
+    """Rows of ``weight`` (torch's signature; max_norm, scale_grad_by_freq and sparse are
+    refused, norm_type only matters with max_norm)."""
+    _refuse(
+        "embedding",
+        max_norm=max_norm is not None,
+        scale_grad_by_freq=scale_grad_by_freq,
+        sparse=sparse,
+    )
     if padding_idx is not None and padding_idx < 0:
         padding_idx += weight.shape[0]
     return ops.Embedding.apply(index_arg(input), weight, padding_idx)
@@ -117,13 +183,15 @@ def layer_norm(
     return ops.LayerNorm.apply(x, weight, bias, len(shape), eps)
 
 
-def gelu(x: Tensor, approximate: str = "none") -> Tensor:
-    return ops.GELU.apply(x, approximate)
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
+    return ops.GELU.apply(input, approximate)
 
 
-def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zero each element with probability p, scale the rest by 1 / (1 - p); the mask comes
-    from minigrad's generator (minigrad.manual_seed). Identity when p = 0 or not training."""
+    from minigrad's generator (minigrad.manual_seed). Identity when p = 0 or not training.
+    ``inplace`` is refused."""
+    _refuse("dropout", inplace=inplace)
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
