@@ -544,15 +544,9 @@ class Tensor:
             kwargs.pop("other", None)
         elif type(first).__name__ == "device" or (isinstance(first, str) and not _is_dtype(first)):
             names = ["device", "dtype", "non_blocking", "copy"]
-        if len(args) > len(names):
-            raise TypeError(f"to() takes at most {len(names)} positional arguments")
-        for name, value in zip(names, args, strict=False):
-            if name in kwargs:
-                raise TypeError(f"to() got multiple values for argument {name!r}")
-            kwargs[name] = value
-        unknown = set(kwargs) - {"device", "dtype", "non_blocking", "copy", "memory_format"}
-        if unknown:
-            raise TypeError(f"to() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+        kwargs = bind_overload(
+            "to", names, args, kwargs, {"device", "dtype", "non_blocking", "copy", "memory_format"}
+        )
         check_torch_options(
             "to",
             device=kwargs.get("device"),
@@ -758,6 +752,24 @@ class Tensor:
         return self._bump()
 
 
+def bind_overload(
+    fn: str, names: list[str], args: tuple, kwargs: dict, allowed: set[str]
+) -> dict[str, Any]:
+    """The arguments of one chosen overload by name: ``args`` bound to ``names`` in order,
+    then ``kwargs``; errors worded as Python's for a plain signature."""
+    if len(args) > len(names):
+        raise TypeError(f"{fn}() takes at most {len(names)} positional arguments")
+    bound = dict(kwargs)
+    for name, value in zip(names, args, strict=False):
+        if name in bound:
+            raise TypeError(f"{fn}() got multiple values for argument {name!r}")
+        bound[name] = value
+    unknown = set(bound) - allowed
+    if unknown:
+        raise TypeError(f"{fn}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+    return bound
+
+
 def _is_dtype(name: str) -> bool:
     """A dtype's name ("float64", minigrad.float64) rather than a device's ("cpu")."""
     try:
@@ -770,15 +782,7 @@ def _is_dtype(name: str) -> bool:
 def _variance_args(name: str, args: tuple, kwargs: dict) -> tuple[Any, float, bool]:
     """(dim, correction, keepdim) from torch's var/std argument forms."""
     names = ["unbiased"] if args and isinstance(args[0], bool) else ["dim", "unbiased", "keepdim"]
-    if len(args) > len(names):
-        raise TypeError(f"{name}() takes at most {len(names)} positional arguments")
-    for key, value in zip(names, args, strict=False):
-        if key in kwargs:
-            raise TypeError(f"{name}() got multiple values for argument {key!r}")
-        kwargs[key] = value
-    unknown = set(kwargs) - {"dim", "unbiased", "correction", "keepdim"}
-    if unknown:
-        raise TypeError(f"{name}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+    kwargs = bind_overload(name, names, args, kwargs, {"dim", "unbiased", "correction", "keepdim"})
     unbiased, correction = kwargs.get("unbiased"), kwargs.get("correction")
     if unbiased is not None and correction is not None:
         raise TypeError(f"{name}(): give unbiased or correction, not both")
