@@ -14,29 +14,28 @@ import pytest
 import torch
 import torch.func as tf
 from minigrad_harness.testing import relative_error
-from minigrad_harness.transformer import build_model, library
+from minigrad_harness.transformer import CONFIG, batches, build_model, library, load_text
 
 TOL = 1e-10
-SMALL = dict(d_model=8, n_head=2, n_layer=2, block=6, batch=3, steps=1, lr=0.0, seed=0)
-VOCAB = 7
 
 
 def _twin_transformers():
-    minigrad.manual_seed(1)
-    ours = build_model(library("minigrad"), VOCAB, SMALL)
-    theirs = build_model(library("torch"), VOCAB, SMALL)
+    """The lab's Transformer (harness CONFIG: d_model 32, 4 heads, 2 layers, context 32) in
+    both libraries from the same weights, and its first training batch."""
+    data, vocab = load_text()
+    minigrad.manual_seed(CONFIG["seed"])
+    ours = build_model(library("minigrad"), vocab, CONFIG)
+    theirs = build_model(library("torch"), vocab, CONFIG)
     theirs.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in ours.state_dict().items()})
-    rng = np.random.default_rng(2)
-    ids = rng.integers(0, VOCAB, (SMALL["batch"], SMALL["block"]))
-    targets = rng.integers(0, VOCAB, (SMALL["batch"], SMALL["block"]))
-    return ours, theirs, ids, targets
+    ids, targets = batches(data, CONFIG)[0]
+    return ours, theirs, ids, targets, vocab
 
 
 def _loss(lib, model, params, ids, targets):
     F = lib.nn.functional
     call = mf.functional_call if lib is minigrad else tf.functional_call
     logits = call(model, params, (ids,))
-    return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def _params(model, lib):
@@ -64,7 +63,7 @@ def twins():
 
 
 def test_grad_of_the_transformer_loss_matches_torch_func(twins):
-    ours, theirs, ids, targets = twins
+    ours, theirs, ids, targets, vocab = twins
     g_ours = mf.grad(lambda p: _loss(minigrad, ours, p, minigrad.tensor(ids), targets))(
         _params(ours, minigrad)
     )
@@ -77,7 +76,7 @@ def test_grad_of_the_transformer_loss_matches_torch_func(twins):
 
 
 def test_per_sample_grads_of_the_transformer_match_torch_func(twins):
-    ours, theirs, ids, targets = twins
+    ours, theirs, ids, targets, vocab = twins
 
     def one_ours(p, x, y):
         return _loss(minigrad, ours, p, x[None], y[None])
@@ -92,11 +91,11 @@ def test_per_sample_grads_of_the_transformer_match_torch_func(twins):
         _params(theirs, torch), torch.from_numpy(ids), torch.from_numpy(targets)
     )
     _assert_trees_close(g_ours, g_theirs)
-    assert g_ours["head.weight"].shape == (SMALL["batch"], VOCAB, SMALL["d_model"])
+    assert g_ours["head.weight"].shape == (CONFIG["batch"], vocab, CONFIG["d_model"])
 
 
 def test_jit_of_the_transformer_gradient_matches_torch_func(twins):
-    ours, theirs, ids, targets = twins
+    ours, theirs, ids, targets, vocab = twins
     step = mf.jit(mf.grad(lambda p, x: _loss(minigrad, ours, p, x, targets)))
     g_ours = step(_params(ours, minigrad), minigrad.tensor(ids))
     g_theirs = tf.grad(
