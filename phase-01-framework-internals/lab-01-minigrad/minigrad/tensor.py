@@ -306,11 +306,9 @@ class Tensor:
         return ops.Mul.apply(self, other)
 
     def div(self, other: Any, *, rounding_mode: str | None = None) -> Tensor:
+        """True division, or with ``rounding_mode`` "trunc" / "floor" the rounded quotient."""
         if rounding_mode is not None:
-            raise TypeError(
-                f"div: rounding_mode={rounding_mode!r} is not supported by minigrad "
-                "(true division only)"
-            )
+            return ops.RoundedDiv.apply(self, other, rounding_mode)
         return ops.Div.apply(self, other)
 
     def true_divide(self, other: Any) -> Tensor:

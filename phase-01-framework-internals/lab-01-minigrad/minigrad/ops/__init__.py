@@ -7,7 +7,7 @@ grouped by family. ``forward`` receives ndarrays; ``backward`` receives the upst
   array_or_tensor.py  helpers that run NumPy on an array, the primitive on a Tensor
   dtypes.py       torch's result dtype for binary ops; Cast
   elementwise.py  add, sub, mul, div, neg, pow, exp, log, tanh, sigmoid, relu, erf, abs,
-                  sqrt, rsqrt, clamp, maximum, minimum, where
+                  sqrt, rsqrt, clamp, maximum, minimum, where, rounded div
   linalg.py       matmul, linear
   reductions.py   sum, mean, max, amax, var, logsumexp
   shape.py        reshape, permute, broadcast_to, sum_to, indexing

@@ -261,6 +261,31 @@ class Div(Elementwise):
         return cast_to_torch_result(ctx, a / b, a, b, true_div=True)
 
 
+def _zero_derivative(g: Any, *args: Any) -> Any:
+    return g * 0.0  # a step function: its derivative is 0 (torch returns zeros, not None)
+
+
+class RoundedDiv(Elementwise):
+    """``torch.div(a, b, rounding_mode="trunc" | "floor")``: the quotient rounded toward zero
+    or down, in torch's result dtype (integers stay integers). Not differentiable in any
+    useful sense: the gradient is zero, as torch's."""
+
+    partials = (_zero_derivative, _zero_derivative, None)
+
+    @staticmethod
+    def compute(ctx, a, b, mode):
+        if mode not in ("trunc", "floor"):
+            raise ValueError(f"div: rounding_mode must be 'trunc', 'floor' or None, not {mode!r}")
+        with np.errstate(divide="ignore", invalid="ignore"):  # x / 0: inf or nan, as torch
+            q = np.floor_divide(a, b)  # Python's (and torch's) floor division, ints and floats
+            if mode == "trunc":
+                q = np.where((np.fmod(a, b) != 0) & ((np.asarray(a) < 0) != (np.asarray(b) < 0)),
+                             q + 1, q)  # fmt: skip
+                if np.asarray(q).dtype.kind == "f":  # a float quotient: trunc(a / b) exactly
+                    q = np.trunc(np.true_divide(a, b))
+        return cast_to_torch_result(ctx, np.asarray(q), a, b)
+
+
 def _pow_d_base(g: Any, a: Any, b: Any, out: Any) -> Any:
     # torch's pow_backward masking: 0 where b == 0 (not 0 * a**-1 = nan at a = 0); there the
     # exponent b - 1 becomes 0, so b * a**0 = 0 exactly

@@ -81,6 +81,27 @@ def _relu(em: Emitter, eqn: Eqn, ins: list) -> str:
     return em.op("stablehlo.maximum", [ins[0], em.constant(0, dt, shape)], shape, dt)
 
 
+def _rounded_div(em: Emitter, eqn: Eqn, ins: list) -> str:
+    a, b, mode = ins
+    shape, dt = eqn.out.shape, eqn.out.dtype
+    if dt.kind != "f":
+        raise LoweringError("jit: RoundedDiv of integers has no lowering rule (floats only)")
+    q = em.op("stablehlo.divide", [em.operand(a, shape, dt), em.operand(b, shape, dt)], shape, dt)
+    down = em.op("stablehlo.floor", [q], shape, dt)
+    if mode == "floor":
+        return down
+    up = em.op("stablehlo.ceil", [q], shape, dt)
+    negative = em.op(
+        "stablehlo.compare",
+        [q, em.constant(0, dt, shape)],
+        shape,
+        bool,
+        "comparison_direction = #stablehlo<comparison_direction LT>, "
+        "compare_type = #stablehlo<comparison_type FLOAT>",
+    )
+    return em.op("stablehlo.select", [negative, up, down], shape, dt)
+
+
 def _erf(em: Emitter, eqn: Eqn, ins: list) -> str:
     return em.op("chlo.erf", [ins[0]], eqn.out.shape, eqn.out.dtype)
 
@@ -476,6 +497,7 @@ rules_for(P["Compare"], lower=_compare)
 rules_for(P["Where"], lower=_where)
 rules_for(P["ReLU"], lower=_relu)
 rules_for(P["Erf"], lower=_erf)
+rules_for(P["RoundedDiv"], lower=_rounded_div)
 rules_for(P["Cast"], lower=_cast)
 rules_for(P["StopGradient"], lower=lambda em, eqn, ins: ins[0])  # the value itself
 rules_for(P["MatMul"], lower=_matmul)
