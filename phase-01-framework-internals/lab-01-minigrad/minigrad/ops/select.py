@@ -16,7 +16,6 @@ from minigrad.ops.rulekit import (
     align,
     bcast,
     ex_ndim,
-    linear_jvp,
     rules_for,
     tangent_sum,
     to_batched,
@@ -312,13 +311,13 @@ for _prim in (Cat, Stack):
 rules_for(
     Gather,
     vmap=_gather_vmap,
-    jvp=linear_jvp(Gather, (0,)),
+    linear=(0,),
     transpose=lambda ct, args, lin, avals: (_scatter_add(ct, avals[0][0], *args[1:]), None, None),
 )
 rules_for(
     ScatterAdd,
     vmap=_scatter_vmap,
-    jvp=linear_jvp(ScatterAdd, (0,)),
+    linear=(0,),
     transpose=lambda ct, args, lin, avals: (Gather.apply(ct, args[2], args[3]),) + (None,) * 4,
 )
 rules_for(
@@ -330,6 +329,6 @@ rules_for(
 rules_for(
     Embedding,
     vmap=_embedding_vmap,
-    jvp=linear_jvp(Embedding, (1,)),
+    linear=(1,),
     transpose=_embedding_transpose,
 )
