@@ -109,12 +109,12 @@ class Trace:
     def record(self, prim: type, args: tuple) -> Tracer:
         ins, reps = [], []
         for a in args:
-            if is_tracer(a) and a._trace is self:
+            if isinstance(a, Traced) and a._trace is self:  # is_tracer, inlined (hot)
                 ins.append(a._var)
                 reps.append(Tensor._wrap(a.data))
             elif isinstance(a, (Tensor, np.ndarray)):
                 ins.append(self.const(a))
-                reps.append(Tensor._wrap(a.data) if is_tracer(a) else a)
+                reps.append(Tensor._wrap(a.data) if isinstance(a, Traced) else a)
             else:
                 ins.append(Lit(a))
                 reps.append(a)
@@ -236,7 +236,7 @@ def dispatch(prim: type, args: tuple) -> Any:
     trace among its arguments' tracers, or return NotImplemented to run it for real."""
     top = None
     for a in args:
-        if is_tracer(a):
+        if isinstance(a, Traced):  # is_tracer, inlined: every op under a trace comes here
             if a._trace.done:
                 raise TracingError(
                     f"{prim.__name__}: a tracer escaped from a finished transformation "
