@@ -202,7 +202,7 @@ def test_gradgradcheck(fn, shapes):
 
 
 def test_fused_attention_custom_backward_matches_torch():
-    from minigrad.attention import scaled_dot_product_attention
+    from minigrad.nn.functional import scaled_dot_product_attention
 
     _, out = attention_matches_torch([(2, 5, 4), (2, 6, 4), (2, 6, 3)], seed=3)
     assert type(out.grad_fn).__name__ == "FusedAttentionBackward"  # one node, not six

@@ -1,14 +1,15 @@
 """minigrad: a small reverse-mode autodiff engine on NumPy with PyTorch's API.
 
-Layout (engine apart from ops):
-  tensor.py    Tensor (data, grad, grad_fn, version counter) and operator sugar
-  tensor_inplace.py  Tensor's in-place ops and float()/int()/format()
-  grad_mode.py no_grad / enable_grad: the switch that says whether ops record
+Layout (engine apart from ops; the README's "Reading the core" gives the order):
+  grad_mode.py, rules.py, tracer_base.py  the leaves: record or not, rule tables, is_tracer
+  tensor.py    Tensor (data, grad, grad_fn, version counter), its ops and in-place ops
+  tracing.py   Tracer, Trace, IR: what the transformations record
   function.py  Function / Primitive / ctx: one apply records one graph node per op
   engine.py    backward() and grad(): one Kahn loop, accumulation, retain/create_graph
-  ops/         every built-in op as a Primitive, forward and backward side by side
+  ops/         every built-in op as a Primitive, with its rules (each derivative once)
+  torch_functions.py  torch's top-level functions (minigrad.add, minigrad.var, ...)
   creation.py  zeros, ones, full, arange, randn, rand, *_like, manual_seed
-  rules.py     per-primitive rule tables (the hook for vmap / IR-lowering rules)
+  func/        minigrad.func: vmap, grad, jvp, functional_call, jit, ...
 """
 
 from minigrad import autograd, engine, nn, ops, optim, rules
@@ -31,26 +32,9 @@ from minigrad.engine import grad
 from minigrad.function import Context, Function, Primitive
 from minigrad.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from minigrad.gradcheck import GradcheckError, gradcheck, gradgradcheck
-from minigrad.nn.functional import (
-    abs,
-    cat,
-    chunk,
-    clamp,
-    gather,
-    index_select,
-    logsumexp,
-    masked_fill,
-    maximum,
-    minimum,
-    rsqrt,
-    split,
-    sqrt,
-    stack,
-    std,
-    var,
-    where,
-)
 from minigrad.tensor import Tensor, tensor
+from minigrad.torch_functions import *  # noqa: F403  (torch.add, torch.sum, torch.cat, ...)
+from minigrad.torch_functions import __all__ as _torch_functions
 
 # The import graph's one seam (see minigrad/tensor.py): Tensor's methods call ops and the engine.
 _tensor_module.bind(ops, engine)
@@ -59,33 +43,17 @@ float32 = "float32"
 float64 = "float64"
 
 __all__ = [
-    "abs",
+    *_torch_functions,
     "arange",
-    "cat",
-    "chunk",
-    "clamp",
     "full",
     "full_like",
-    "gather",
-    "index_select",
-    "logsumexp",
     "manual_seed",
-    "masked_fill",
-    "maximum",
-    "minimum",
     "ones",
     "ones_like",
     "rand",
     "rand_like",
     "randn",
     "randn_like",
-    "rsqrt",
-    "split",
-    "sqrt",
-    "stack",
-    "std",
-    "var",
-    "where",
     "zeros",
     "zeros_like",
     "Context",

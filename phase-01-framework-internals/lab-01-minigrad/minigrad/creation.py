@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from minigrad import rules
-from minigrad.tensor import Tensor
+from minigrad.tensor import Tensor, check_torch_options
 
 _generator = np.random.default_rng()
 
@@ -46,16 +46,26 @@ def _make(arr: np.ndarray, dtype: Any, requires_grad: bool) -> Tensor:
     return Tensor(arr, requires_grad=requires_grad)
 
 
-def zeros(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def zeros(*size: Any, dtype: Any = None, requires_grad: bool = False, **options: Any) -> Tensor:
+    check_torch_options("zeros", **options)
     return _make(np.zeros(_size(size), np.float32), dtype, requires_grad)
 
 
-def ones(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def ones(*size: Any, dtype: Any = None, requires_grad: bool = False, **options: Any) -> Tensor:
+    check_torch_options("ones", **options)
     return _make(np.ones(_size(size), np.float32), dtype, requires_grad)
 
 
-def full(size: Sequence[int], fill_value: float, dtype: Any = None, requires_grad: bool = False):
+def full(
+    size: Sequence[int],
+    fill_value: float,
+    *,
+    dtype: Any = None,
+    requires_grad: bool = False,
+    **options: Any,
+) -> Tensor:
     """As torch: the dtype follows ``fill_value`` (bool, int64, float32) unless given."""
+    check_torch_options("full", **options)
     default = (
         np.bool_
         if isinstance(fill_value, bool)
@@ -67,9 +77,10 @@ def full(size: Sequence[int], fill_value: float, dtype: Any = None, requires_gra
 
 
 def arange(
-    start: float, end: float | None = None, step: float = 1, dtype: Any = None,
-    requires_grad: bool = False,
+    start: float, end: float | None = None, step: float = 1, *, dtype: Any = None,
+    requires_grad: bool = False, **options: Any,
 ) -> Tensor:  # fmt: skip
+    check_torch_options("arange", **options)
     if end is None:
         start, end = 0, start
     if step == 0:
@@ -81,12 +92,14 @@ def arange(
     return _make(arr.astype(np.int64 if ints else np.float32), dtype, requires_grad)
 
 
-def randn(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def randn(*size: Any, dtype: Any = None, requires_grad: bool = False, **options: Any) -> Tensor:
+    check_torch_options("randn", **options)
     rules.check_randomness("randn")
     return _make(_generator.standard_normal(_size(size), np.float32), dtype, requires_grad)
 
 
-def rand(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def rand(*size: Any, dtype: Any = None, requires_grad: bool = False, **options: Any) -> Tensor:
+    check_torch_options("rand", **options)
     rules.check_randomness("rand")
     return _make(_generator.random(_size(size), np.float32), dtype, requires_grad)
 
@@ -95,28 +108,43 @@ def _like(t: Tensor, dtype: Any) -> tuple[tuple[int, ...], Any]:
     return t.shape, t.dtype if dtype is None else dtype
 
 
-def zeros_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def zeros_like(
+    t: Tensor, *, dtype: Any = None, requires_grad: bool = False, **options: Any
+) -> Tensor:
+    check_torch_options("zeros_like", **options)
     shape, dt = _like(t, dtype)
     return Tensor(np.zeros(shape, dt), requires_grad=requires_grad)
 
 
-def ones_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def ones_like(
+    t: Tensor, *, dtype: Any = None, requires_grad: bool = False, **options: Any
+) -> Tensor:
+    check_torch_options("ones_like", **options)
     shape, dt = _like(t, dtype)
     return Tensor(np.ones(shape, dt), requires_grad=requires_grad)
 
 
-def full_like(t: Tensor, fill_value: float, dtype: Any = None, requires_grad: bool = False):
+def full_like(
+    t: Tensor, fill_value: float, *, dtype: Any = None, requires_grad: bool = False, **options: Any
+) -> Tensor:
+    check_torch_options("full_like", **options)
     shape, dt = _like(t, dtype)
     return Tensor(np.full(shape, fill_value, dt), requires_grad=requires_grad)
 
 
-def randn_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def randn_like(
+    t: Tensor, *, dtype: Any = None, requires_grad: bool = False, **options: Any
+) -> Tensor:
+    check_torch_options("randn_like", **options)
     rules.check_randomness("randn_like")
     shape, dt = _like(t, dtype)
     return Tensor(_generator.standard_normal(shape).astype(dt), requires_grad=requires_grad)
 
 
-def rand_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def rand_like(
+    t: Tensor, *, dtype: Any = None, requires_grad: bool = False, **options: Any
+) -> Tensor:
+    check_torch_options("rand_like", **options)
     rules.check_randomness("rand_like")
     shape, dt = _like(t, dtype)
     return Tensor(_generator.random(shape).astype(dt), requires_grad=requires_grad)

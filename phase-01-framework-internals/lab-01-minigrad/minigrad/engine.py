@@ -21,7 +21,7 @@ from minigrad.grad_mode import grad_mode
 from minigrad.tensor import Tensor
 
 
-def _count_dependencies(roots: list[Context]) -> dict[Context, int]:
+def count_dependencies(roots: list[Context]) -> dict[Context, int]:
     """deps[node] = how many edges from nodes reachable from ``roots`` point at node."""
     deps: dict[Context, int] = {}
     seen = set(roots)
@@ -41,7 +41,7 @@ def _count_dependencies(roots: list[Context]) -> dict[Context, int]:
 def _root_gradient(t: Tensor, grad: Any, create_graph: bool) -> Any:
     if not isinstance(t, Tensor):
         raise TypeError(f"backward() needs Tensors, got {type(t).__name__}")
-    if not t._rg:
+    if not t._requires_grad:
         raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
     if grad is None:
         if t.data.size != 1:
@@ -218,7 +218,7 @@ def _run(
     unless ``retain_graph``; a node that ``grad()`` does not need is neither run nor freed.
     """
     buffers, root_nodes = _start(roots, seeds, create_graph, capture)
-    deps = _count_dependencies(root_nodes)
+    deps = count_dependencies(root_nodes)
     needed = None if capture is None else _nodes_leading_to(root_nodes, capture)
     grad_type, to_grad_type = (Tensor, _as_tensor) if create_graph else (np.ndarray, _as_array)
     ready = [n for n in root_nodes if n not in deps]  # a root has consumers only in a cycle
@@ -336,7 +336,7 @@ def grad(
     if len(grad_outputs) != len(outputs):
         raise ValueError(f"grad_outputs has {len(grad_outputs)} entries for {len(outputs)} outputs")
     for i, x in enumerate(inputs):
-        if not isinstance(x, Tensor) or not x._rg:
+        if not isinstance(x, Tensor) or not x._requires_grad:
             raise RuntimeError(f"input {i} of autograd.grad does not require grad")
     if retain_graph is None:
         retain_graph = create_graph

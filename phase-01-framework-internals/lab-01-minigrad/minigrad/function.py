@@ -78,7 +78,7 @@ class Context:
             # holding the Tensor itself would make a cycle output -> grad_fn -> output.
             data, vc = self._saved_output
             out = Tensor._wrap(data, self)
-            out._vc = vc
+            out._version_counter = vc
             return tuple([out if s is _OUTPUT else s for s in self._saved])
         return self._saved or ()
 
@@ -102,11 +102,12 @@ class Context:
         if self._freed:
             self.saved_tensors  # noqa: B018  (raises the retain_graph error)
         for t, v in self._saved_versions:
-            if t._vc[0] != v:
+            if t._version_counter[0] != v:
                 raise RuntimeError(
                     "one of the variables needed for gradient computation has been modified "
                     f"by an inplace operation: a tensor of shape {t.shape} saved by "
-                    f"{self.name()} is at version {t._vc[0]}; expected version {v} instead."
+                    f"{self.name()} is at version {t._version_counter[0]}; expected version "
+                    f"{v} instead."
                 )
 
 
@@ -114,10 +115,10 @@ class _SavedOutput:
     """What ``_saved_versions`` holds for a saved output: its version counter and shape, not
     the output Tensor (that would be a reference cycle)."""
 
-    __slots__ = ("_vc", "shape")
+    __slots__ = ("_version_counter", "shape")
 
     def __init__(self, vc: list, shape: tuple) -> None:
-        self._vc, self.shape = vc, shape
+        self._version_counter, self.shape = vc, shape
 
 
 _OUTPUT = object()  # marks the output's place in ctx._saved
@@ -180,7 +181,7 @@ class Function:
         ctx = cls._ctx_class()
         record = False
         if _mode.enabled:
-            needs = tuple([isinstance(a, Tensor) and a._rg for a in args])
+            needs = tuple([isinstance(a, Tensor) and a._requires_grad for a in args])
             record = True in needs
             ctx.needs_input_grad = needs
         else:
@@ -199,13 +200,15 @@ class Function:
             result.data = out if type(out) is np.ndarray else np.asarray(out)
             result.grad = None
             result.grad_fn = None
-            result._rg = False
-            result._vc = [0]
+            result._requires_grad = False
+            result._version_counter = [0]
         else:
             vals = None
             out, result = _forward_on_tensors(cls, ctx, args)
         if cls.may_view and _shares_memory(result, args[0]):
-            result._vc = args[0]._vc  # a view shares its base's version counter
+            result._version_counter = args[
+                0
+            ]._version_counter  # a view shares its base's version counter
             result._view = True
         if record:
             if not cls._raw:  # so the engine can check what a user backward returns
@@ -269,8 +272,8 @@ def _resolve_saved(raw_saved: tuple, args: tuple, vals: list | None, out: Any, r
 
 class Primitive(Function):
     """A built-in op. ``forward`` computes on ndarrays; ``backward`` must be written with
-    operators and the dual helpers in :mod:`minigrad.ops` so it runs both on ndarrays (fast,
-    first order) and on Tensors (recorded, when ``create_graph=True``).
+    operators and the helpers of :mod:`minigrad.ops.array_or_tensor`, so it runs both on
+    ndarrays (fast, first order) and on Tensors (recorded, when ``create_graph=True``).
 
     Every subclass is entered in :data:`minigrad.rules.PRIMITIVES`; later per-op rules (vmap
     batching, IR lowering, ...) attach to it in :mod:`minigrad.rules` without touching the
@@ -279,9 +282,12 @@ class Primitive(Function):
 
     _raw = True
 
+    # True in the body of a shared base (UnaryMap, Elementwise): a kind of op, not an op.
+    abstract = False
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if not cls.__name__.startswith("_"):  # a shared base such as _Extremum is no op
+        if not cls.__dict__.get("abstract", False) and not cls.__name__.startswith("_"):
             PRIMITIVES[cls.__name__] = cls
 
 
@@ -298,13 +304,15 @@ def _link(ctx: Context, args: tuple, needs: tuple, vals: tuple, out: Any, result
         saved, has_output = _resolve_saved(raw_saved, args, vals, out, result)
         ctx._saved = saved
         # (tensor, version at save time) for every saved Tensor, checked at backward.
-        versions = [(t, t._vc[0]) for t in saved if isinstance(t, Tensor)]
+        versions = [(t, t._version_counter[0]) for t in saved if isinstance(t, Tensor)]
         if has_output:  # Exp, Tanh, Softmax, ...: keep the data, not the Tensor
-            ctx._saved_output = (result.data, result._vc)
-            versions.append((_SavedOutput(result._vc, result.shape), result._vc[0]))
+            ctx._saved_output = (result.data, result._version_counter)
+            versions.append(
+                (_SavedOutput(result._version_counter, result.shape), result._version_counter[0])
+            )
         ctx._saved_versions = tuple(versions)
     result.grad_fn = ctx
-    result._rg = True
+    result._requires_grad = True
 
 
 _new_tensor = object.__new__

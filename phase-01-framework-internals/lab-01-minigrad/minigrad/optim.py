@@ -57,7 +57,7 @@ class SGD(Optimizer):
                     buf += g
                 g = buf
             p.data -= lr * g
-            p._vc[0] += 1  # an in-place update: graphs that saved p must notice
+            p._version_counter[0] += 1  # an in-place update: graphs that saved p must notice
 
 
 class Adam(Optimizer):
@@ -92,4 +92,4 @@ class Adam(Optimizer):
             v *= b2
             v += (1 - b2) * g * g
             p.data -= self.lr * (m / c1) / (np.sqrt(v / c2) + self.eps)
-            p._vc[0] += 1
+            p._version_counter[0] += 1

@@ -36,6 +36,13 @@ def register(kind: str, primitive: type) -> Callable[[Callable[..., Any]], Calla
     return decorator
 
 
+def unregister(primitive: type) -> None:
+    """Remove a primitive and all its rules (for a throwaway primitive, e.g. in a test)."""
+    PRIMITIVES.pop(primitive.__name__, None)
+    for table in RULES.values():
+        table.pop(primitive, None)
+
+
 def get(kind: str, primitive: type) -> Callable[..., Any]:
     try:
         return RULES[kind][primitive]
@@ -49,6 +56,18 @@ def missing(kind: str) -> list[str]:
     """Primitives that still lack a rule of this kind (a to-do list for a new transform)."""
     have = RULES.get(kind, {})
     return sorted(name for name, p in PRIMITIVES.items() if p not in have)
+
+
+class RuleCtx:
+    """The one stand-in ``ctx`` outside the engine: for running a primitive's forward on
+    arrays directly (an in-place update, a fast path) and for reusing its backward as another
+    rule (a transpose). Forward sets attributes on it as on a graph node."""
+
+    saved_tensors: tuple = ()
+    needs_input_grad: tuple = ()
+
+    def save_for_backward(self, *tensors: Any) -> None:
+        self.saved_tensors = tensors
 
 
 # How random draws are treated, innermost transformation last: vmap's "error" or "same" (see

@@ -26,14 +26,12 @@ from typing import Any
 import numpy as np
 
 from minigrad.grad_mode import grad_mode
+from minigrad.rules import PRIMITIVES
 from minigrad.tensor import Tensor
+from minigrad.tracer_base import Traced, TracingError, is_tracer
 
 TRACES: list[Trace] = []  # the active traces, innermost last (Function.apply checks it)
 _levels = itertools.count()
-
-
-class TracingError(RuntimeError):
-    """Something a trace cannot represent (a data-dependent shape or Python branch)."""
 
 
 class Var:
@@ -111,12 +109,12 @@ class Trace:
     def record(self, prim: type, args: tuple) -> Tracer:
         ins, reps = [], []
         for a in args:
-            if isinstance(a, Tracer) and a._trace is self:
+            if isinstance(a, Traced) and a._trace is self:  # is_tracer, inlined (hot)
                 ins.append(a._var)
                 reps.append(Tensor._wrap(a.data))
             elif isinstance(a, (Tensor, np.ndarray)):
                 ins.append(self.const(a))
-                reps.append(Tensor._wrap(a.data) if isinstance(a, Tracer) else a)
+                reps.append(Tensor._wrap(a.data) if isinstance(a, Traced) else a)
             else:
                 ins.append(Lit(a))
                 reps.append(a)
@@ -127,13 +125,13 @@ class Trace:
         self.eqns.append(Eqn(prim, ins, var))
         out = Tracer._make(self, var, data)
         if getattr(prim, "may_view", False):  # so an in-place op on it is refused (see
-            out._view = True  # tensor_inplace): the base it may alias would not see it
+            out._view = True  # Tracer._inplace): the base it may alias would not see it
         return out
 
     def to_ir(self, invars: list[Var], outputs: list) -> IR:
         outs = []
         for o in outputs:
-            if isinstance(o, Tracer) and o._trace is self:
+            if is_tracer(o) and o._trace is self:
                 outs.append(o._var)
             elif isinstance(o, (Tensor, np.ndarray)):
                 outs.append(self.const(o))
@@ -144,16 +142,21 @@ class Trace:
         return IR(invars, constvars, consts, self.eqns, outs)
 
 
-class Tracer(Tensor):
+class Tracer(Tensor, Traced):
     """A Tensor standing for a traced value; ``data`` is its representative array."""
 
     __slots__ = ("_trace", "_var")
-    _traced = True  # lets tensor_inplace (which cannot import this module) recognise a Tracer
 
     @classmethod
     def _make(cls, trace: Trace, var: Var, rep: np.ndarray) -> Tracer:
         t = object.__new__(cls)
-        t.data, t.grad, t.grad_fn, t._rg, t._vc = rep, None, None, False, [0]
+        t.data, t.grad, t.grad_fn, t._requires_grad, t._version_counter = (
+            rep,
+            None,
+            None,
+            False,
+            [0],
+        )
         t._trace, t._var = trace, var
         return t
 
@@ -181,8 +184,6 @@ class Tracer(Tensor):
     # Comparisons stay traced (a boolean Tracer via the Compare primitive), so that masks
     # built from traced values follow the batch/level they belong to.
     def _cmp(self, other: Any, op: str) -> Tracer:
-        from minigrad.rules import PRIMITIVES
-
         return PRIMITIVES["Compare"].apply(self, other, op)
 
     def __gt__(self, other: Any) -> Any:
@@ -205,13 +206,37 @@ class Tracer(Tensor):
 
     __hash__ = Tensor.__hash__
 
+    def _inplace(self, op: str, other: Any, alpha: float = 1.0) -> Tracer:
+        """Inside a transformation (vmap, grad, jit): the op is recorded and the tracer takes
+        the result's place, so the update is part of the traced program (NumPy on the
+        representative array would change one example and record nothing)."""
+        if getattr(self, "_view", False):
+            raise TracingError(
+                "in-place operation on a view (indexing, reshape, ...) inside a transformation "
+                "is not supported; use an out-of-place op"
+            )
+        result = PRIMITIVES[op].apply(self, other if alpha == 1.0 else other * alpha)
+        if result.shape != self.shape:
+            raise RuntimeError(
+                f"output with shape {self.shape} doesn't match the broadcast shape {result.shape}"
+            )
+        if result.dtype != self.dtype:
+            if not np.can_cast(result.dtype, self.dtype, "same_kind"):
+                raise RuntimeError(
+                    f"result type {result.dtype} can't be cast to the desired output type "
+                    f"{self.dtype}"
+                )
+            result = PRIMITIVES["Cast"].apply(result, self.dtype)
+        self.data, self._trace, self._var = result.data, result._trace, result._var
+        return self
+
 
 def dispatch(prim: type, args: tuple) -> Any:
     """Called by ``Function.apply`` while a trace is active: record the op in the innermost
     trace among its arguments' tracers, or return NotImplemented to run it for real."""
     top = None
     for a in args:
-        if isinstance(a, Tracer):
+        if isinstance(a, Traced):  # is_tracer, inlined: every op under a trace comes here
             if a._trace.done:
                 raise TracingError(
                     f"{prim.__name__}: a tracer escaped from a finished transformation "
@@ -223,7 +248,7 @@ def dispatch(prim: type, args: tuple) -> Any:
         return NotImplemented
     for i in getattr(prim, "shape_from_values", ()):
         key = args[i] if isinstance(args[i], tuple) else (args[i],)
-        if any(isinstance(k, Tracer) and k.dtype == bool for k in key):
+        if any(is_tracer(k) and k.dtype == bool for k in key):
             raise TracingError(
                 f"{prim.__name__}: a boolean mask computed from a traced value gives an output "
                 "whose shape depends on the data (data-dependent shape); use where() instead"
@@ -289,6 +314,10 @@ _STATIC = {
 def _arg_names(prim: type) -> list[str | None]:
     try:
         params = list(inspect.signature(prim.forward).parameters.values())[1:]
+        compute = getattr(prim, "compute", None)
+        if compute is not None and any(p.kind is p.VAR_POSITIONAL for p in params):
+            # a declared elementwise op: its compute(...) names the arguments
+            params = [p for p in inspect.signature(compute).parameters.values() if p.name != "ctx"]
     except (TypeError, ValueError):
         return []
     return [None if p.kind is p.VAR_POSITIONAL else p.name for p in params]

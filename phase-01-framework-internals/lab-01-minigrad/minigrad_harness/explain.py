@@ -15,7 +15,7 @@ import sys
 
 import minigrad
 import numpy as np
-from minigrad.engine import _count_dependencies
+from minigrad.engine import count_dependencies
 from minigrad.tensor import Tensor
 
 
@@ -34,7 +34,7 @@ def _label(e: object) -> str:
 def show_graph() -> None:
     """Print every node, its outgoing edges and in-degree, then the order the engine runs."""
     x, w, loss = _example()
-    deps = _count_dependencies([loss.grad_fn])
+    deps = count_dependencies([loss.grad_fn])
     print("loss = (tanh(x*w) + x*w).sum()\n")
     print("node            -> next_edges (one per forward input)     waits for")
     stack, seen = [loss.grad_fn], set()

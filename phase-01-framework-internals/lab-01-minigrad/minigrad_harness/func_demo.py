@@ -44,7 +44,7 @@ def per_sample_check() -> tuple[Check, float]:
 
     mp = {k: minigrad.tensor(v) for k, v in w.items()}
     tp = {k: torch.tensor(v) for k, v in w.items()}
-    m = mf.vmap(mf.grad(one(F, minigrad)), in_axes=(None, 0, 0))(
+    m = mf.vmap(mf.grad(one(F, minigrad)), in_dims=(None, 0, 0))(
         mp, minigrad.tensor(x), minigrad.tensor(y)
     )
     t = tf.vmap(tf.grad(one(tF, torch)), in_dims=(None, 0, 0))(tp, torch.tensor(x), torch.tensor(y))

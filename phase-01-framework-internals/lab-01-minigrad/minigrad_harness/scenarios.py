@@ -147,6 +147,25 @@ GRAD_CASES = [
     ("layer_norm_2d_no_affine", lambda F, x: F.layer_norm(x, (3, 4)), [(2, 3, 4)], False),
     ("gelu", lambda F, x: F.gelu(x), [(3, 4)], False),
     ("gelu_tanh", lambda F, x: F.gelu(x, approximate="tanh"), [(3, 4)], False),
+    ("div_floor", lambda F, x, y: x.div(y, rounding_mode="floor") * x, [(3, 4), (4,)], True),
+    (
+        "div_trunc",
+        lambda F, x, y: lib(F).div(x - 1, y, rounding_mode="trunc"),
+        [(3, 4), (4,)],
+        True,
+    ),
+    (
+        "attention",
+        lambda F, q, k, v: F.scaled_dot_product_attention(q, k, v),
+        [(2, 3, 4), (2, 5, 4), (2, 5, 3)],
+        False,
+    ),
+    (
+        "attention_causal_scale_broadcast",
+        lambda F, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
+        [(2, 4, 3), (1, 4, 3), (1, 4, 2)],
+        False,
+    ),
     ("add_alpha", lambda F, x, y: x.add(y, alpha=2.5), [(3, 4), (4,)], False),
     ("sub_alpha", lambda F, x, y: x.sub(y, alpha=-0.5), [(3, 4), (3, 1)], False),
     ("min_dim", lambda F, x: x.min(dim=1).values, [(3, 4)], False),
@@ -252,6 +271,12 @@ GRADGRAD_CASES = [
     ("softmax_0dim", lambda x: F.softmax(x, dim=0) * x.exp() + F.log_softmax(x, dim=0), [()]),
     ("linear_relu", lambda x, w: F.linear(x, w).relu() * x.sum(), [(3, 4), (2, 4)]),
     ("clone", lambda x: x.clone() * x.clone().tanh(), [(3, 4)]),
+    ("rounded_div", lambda x, y: x.div(y * y + 1, rounding_mode="floor") * x, [(3, 4), (4,)]),
+    (
+        "attention_causal",
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        [(2, 3, 2), (2, 3, 2), (2, 3, 2)],
+    ),
 ]
 
 

@@ -159,7 +159,7 @@ def attention_matches_torch(
     """minigrad's fused attention against torch's SDPA on the same float64 inputs: output and
     every input's gradient within ``tol``. Returns the input arrays and minigrad's output."""
     import torch
-    from minigrad.attention import scaled_dot_product_attention
+    from minigrad.nn.functional import scaled_dot_product_attention
 
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal(s) for s in shapes]

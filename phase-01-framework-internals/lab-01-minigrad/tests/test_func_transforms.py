@@ -123,9 +123,12 @@ def test_vmap_with_unbatched_inputs_matches_torch_func(case):
         _close(m, t, f"vmap(grad) w.r.t. mapped input {mapped}")
 
 
-def test_every_primitive_has_vmap_and_jvp_rules():
+def test_every_primitive_has_vmap_jvp_and_lower_rules():
+    import minigrad.func.stablehlo  # noqa: F401  (loads the built-in lowering rules)
+
     assert rules.missing("vmap") == []
     assert rules.missing("jvp") == []
+    assert rules.missing("lower") == []
     # transpose rules exist exactly for the linear ops that jvp rules apply to tangents
     assert {"Add", "Mul", "MatMul", "Sum", "Gather", "Index"} <= set(
         p.__name__ for p in rules.RULES["transpose"]

@@ -36,7 +36,7 @@ def test_gradcheck_on_non_contiguous_and_0dim_inputs():
     ids=["kv_batch", "kv_heads", "q_batch", "empty_keys", "empty_queries"],
 )
 def test_fused_attention_broadcast_and_empty_like_torch(shapes):
-    from minigrad.attention import scaled_dot_product_attention
+    from minigrad.nn.functional import scaled_dot_product_attention
 
     arrays, _ = attention_matches_torch(shapes, seed=4)
     if all(0 not in s for s in shapes):

@@ -293,3 +293,57 @@ def test_cat_and_stack_promote_dtypes_like_torch(op):
     out = getattr(minigrad, op)([x, minigrad.tensor(np.arange(3))])  # int64 beside float32
     out.sum().backward()
     assert out.dtype == np.float32 and x.grad.dtype == np.float32
+
+
+def test_positional_forms_mean_what_they_mean_in_torch():
+    """torch's overloads read positionally as torch reads them (native_functions.yaml /
+    torch.nn.functional's signatures), including the arguments minigrad ignores or refuses."""
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal((4, 3)), rng.random(3) + 0.5
+    t = np.array([0, 2, 1, 1])
+    calls = [
+        # cross_entropy(input, target, weight, size_average, ignore_index, reduce, reduction)
+        (lambda lib, F, a: F.cross_entropy(a, lib.tensor(t), lib.tensor(w), None, 1, None, "sum")),
+        (lambda lib, F, a: F.cross_entropy(a, lib.tensor(t), None, False)),  # size_average
+        (lambda lib, F, a: F.cross_entropy(a, lib.tensor(t), None, None, -100, False)),  # reduce
+        (lambda lib, F, a: F.softmax(a, 0, 3, lib.float64)),  # _stacklevel, then dtype
+        (lambda lib, F, a: F.log_softmax(a, 1, 5)),
+        (lambda lib, F, a: a.var(0, False, True)),  # dim, unbiased, keepdim
+        (lambda lib, F, a: a.var(False)),  # unbiased
+        (lambda lib, F, a: a.std(1, correction=0)),
+        (lambda lib, F, a: lib.var(a, 1, True, True)),
+        (lambda lib, F, a: a.max(a.tanh())),  # the binary overload
+        (lambda lib, F, a: lib.min(a, 1, True).values),
+        (lambda lib, F, a: a.to(lib.float64, False, True) * 2),  # dtype, non_blocking, copy
+        (lambda lib, F, a: a.to("cpu", lib.float64) * 2),  # device, dtype
+        (lambda lib, F, a: a.to(a) * 2),  # other's dtype
+        (lambda lib, F, a: F.mse_loss(a, a.tanh(), None, None, "sum")),
+        (lambda lib, F, a: lib.sub(a, a.exp(), alpha=0.5)),
+        (lambda lib, F, a: lib.rsub(a, 2.0, alpha=3)),
+        (lambda lib, F, a: a.where(a > 0, -a)),
+        (lambda lib, F, a: lib.div(a * 7, a.tanh() + 2, rounding_mode="floor") + a),
+        (lambda lib, F, a: (a * 7).div(-2, rounding_mode="trunc") * a),
+    ]
+    for i, call in enumerate(calls):
+        ours_x = minigrad.tensor(x, requires_grad=True)
+        theirs_x = torch.tensor(x, requires_grad=True)
+        ours = call(minigrad, minigrad.nn.functional, ours_x)
+        theirs = call(torch, torch.nn.functional, theirs_x)
+        np.testing.assert_allclose(ours.data, theirs.detach().numpy(), rtol=1e-12, err_msg=i)
+        ours.sum().backward()
+        theirs.sum().backward()
+        np.testing.assert_allclose(ours_x.grad.data, theirs_x.grad.numpy(), rtol=1e-12, atol=1e-15)
+
+
+def test_unsupported_torch_options_are_refused_with_a_type_error():
+    x = minigrad.tensor(np.ones((2, 3)))
+    for call in (
+        lambda: minigrad.nn.functional.mse_loss(x, x, weight=x),
+        lambda: x.to("cuda"),
+        lambda: minigrad.zeros(2, device="cuda"),
+        lambda: minigrad.nn.functional.dropout(x, 0.5, True, True),
+        lambda: minigrad.nn.functional.embedding(np.array([0]), x, None, 1.0),
+        lambda: minigrad.nn.functional.scaled_dot_product_attention(x, x, x, dropout_p=0.1),
+    ):
+        with pytest.raises(TypeError, match="not supported by minigrad"):
+            call()

@@ -7,7 +7,7 @@ import minigrad
 import numpy as np
 import pytest
 import torch
-from minigrad.attention import scaled_dot_product_attention
+from minigrad.nn.functional import scaled_dot_product_attention
 from minigrad_harness.testing import relative_error
 from minigrad_harness.transformer import CONFIG, build_model, compare, library, load_text
 
@@ -48,7 +48,7 @@ def test_causal_fused_attention_matches_torch(shapes):
         assert relative_error(m.grad.data, t.grad.numpy()) < 1e-7
     small = [minigrad.Tensor(rng.standard_normal((3, 2)), requires_grad=True) for _ in range(3)]
     assert minigrad.gradgradcheck(
-        lambda q, k, v: scaled_dot_product_attention(q, k, v, True), small
+        lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True), small
     )
 
 

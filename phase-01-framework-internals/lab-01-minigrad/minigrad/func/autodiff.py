@@ -23,7 +23,8 @@ from minigrad.func.vmap import vmap
 from minigrad.function import Primitive
 from minigrad.rules import PRIMITIVES as P
 from minigrad.tensor import Tensor
-from minigrad.tracing import IR, Lit, Trace, Tracer
+from minigrad.tracer_base import is_tracer
+from minigrad.tracing import IR, Lit, Trace
 
 
 def jvp_eval(ir: IR, primals: list, tangents: list) -> tuple[list, list]:
@@ -87,7 +88,7 @@ def _linearize(func: Callable[..., Any], primals: tuple) -> tuple[list, Any, IR,
         outs, touts = jvp_eval(ir, p_leaves, tans)
         lin_ir = lin.to_ir(
             [t._var for t in tans],
-            [t if isinstance(t, Tracer) and t._trace is lin else None for t in touts],
+            [t if is_tracer(t) and t._trace is lin else None for t in touts],
         )
     return outs, out_spec, lin_ir, p_leaves
 

@@ -53,7 +53,7 @@ def tree_map(fn: Any, tree: Any) -> Any:
 
 def broadcast_prefix(prefix: Any, tree: Any, what: str) -> list:
     """One entry of ``prefix`` per leaf of ``tree``: an int/None prefix covers a whole subtree
-    (torch.func's in_axes rule)."""
+    (torch.func's in_dims rule)."""
     if prefix is None or isinstance(prefix, int):
         return [prefix] * len(tree_flatten(tree)[0])
     if isinstance(prefix, dict) and isinstance(tree, dict):

@@ -1,6 +1,6 @@
 """vmap: trace ``f`` on one example, then interpret the IR with each primitive's batching rule.
 
-Every batched value carries its batch as dim 0 (in_axes are moved there first, out_axes
+Every batched value carries its batch as dim 0 (in_dims are moved there first, out_dims
 applied last); a rule gets the op's arguments and which of them are batched, and applies
 ordinary primitives to them. Those may be tracers of an enclosing transformation, so vmap
 composes with grad/jvp/vmap without any rule knowing about the others.
@@ -30,14 +30,34 @@ from minigrad.tracing import IR, Lit
 _warned: set[type] = set()
 
 
+_UNSET: Any = object()
+
+
 def vmap(
     func: Callable[..., Any],
-    in_axes: Any = 0,
-    out_axes: Any = 0,
+    in_dims: Any = 0,
+    out_dims: Any = 0,
     randomness: str = "error",
+    *,
+    chunk_size: int | None = None,
+    in_axes: Any = _UNSET,
+    out_axes: Any = _UNSET,
 ) -> Callable[..., Any]:
-    """torch.func.vmap: ``func`` mapped over dim ``in_axes`` of its inputs (None: not mapped),
-    outputs stacked along ``out_axes``. Pytrees of tensors in and out; nests."""
+    """torch.func.vmap: ``func`` mapped over dim ``in_dims`` of its inputs (None: not mapped),
+    outputs stacked along ``out_dims``. Pytrees of tensors in and out; nests. JAX's names
+    ``in_axes`` / ``out_axes`` are accepted as keywords for the same two arguments.
+    ``chunk_size`` (how many examples torch computes at once) changes no result and is
+    ignored: minigrad maps the whole batch in one pass."""
+    if in_axes is not _UNSET:
+        if in_dims != 0:
+            raise TypeError("vmap: give in_dims or in_axes, not both")
+        in_dims = in_axes
+    if out_axes is not _UNSET:
+        if out_dims != 0:
+            raise TypeError("vmap: give out_dims or out_axes, not both")
+        out_dims = out_axes
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"vmap: chunk_size must be a positive int or None, not {chunk_size!r}")
     if randomness not in ("error", "same", "different"):
         raise ValueError(
             f"vmap: randomness must be 'error', 'same' or 'different', not {randomness!r}"
@@ -46,7 +66,7 @@ def vmap(
         raise NotImplementedError("vmap: randomness='different' is not supported by minigrad")
 
     def batched_func(*args: Any) -> Any:
-        axes = broadcast_prefix(in_axes, args, "vmap in_axes")
+        axes = broadcast_prefix(in_dims, args, "vmap in_dims")
         leaves, spec = tree_flatten(args)
         size, values, examples = _split_batch(leaves, axes)
         rules.RANDOMNESS.append(randomness)
@@ -61,7 +81,7 @@ def vmap(
         ]
         outs = batch_eval(ir, inputs, size)
         shape_only = tree_unflatten(out_spec, [None] * len(outs))
-        out_ax = broadcast_prefix(out_axes, shape_only, "vmap out_axes")
+        out_ax = broadcast_prefix(out_dims, shape_only, "vmap out_dims")
         return tree_unflatten(
             out_spec, [_place(o, ax, size) for o, ax in zip(outs, out_ax, strict=True)]
         )

@@ -1,7 +1,7 @@
 """``nn.MultiheadAttention`` with torch's parameters, layout and call, on the fused attention.
 
 Without attention weights (``need_weights=False``) the heads run through the one fused node
-(:class:`minigrad.attention.FusedAttention`, causal if asked). When the caller wants the
+(:class:`minigrad.ops.attention.FusedAttention`, causal if asked). When the caller wants the
 weights, or passes an ``attn_mask``, the same computation is composed of recorded ops, as
 torch's own math fallback does.
 """

@@ -7,54 +7,16 @@ from typing import Any
 
 import numpy as np
 
-from minigrad import attention, ops, rules
+from minigrad import ops, rules
 from minigrad.creation import default_generator
 from minigrad.nn.losses import cross_entropy_general
-from minigrad.ops.dual import index_arg
-from minigrad.tensor import Tensor, _norm_dim
-from minigrad.tracing import Tracer
+from minigrad.ops.array_or_tensor import index_arg
+from minigrad.tensor import Tensor
+from minigrad.tracer_base import is_tracer
 
 
 def _t(x: Any) -> Tensor:
     return x if isinstance(x, Tensor) else Tensor(x)
-
-
-def add(a: Any, b: Any, alpha: float = 1) -> Tensor:
-    """a + alpha * b, as torch.add."""
-    return ops.Add.apply(a, b if alpha == 1 else b * alpha)
-
-
-def sub(a: Any, b: Any, alpha: float = 1) -> Tensor:
-    """a - alpha * b, as torch.sub."""
-    return ops.Sub.apply(a, b if alpha == 1 else b * alpha)
-
-
-def mul(a: Any, b: Any) -> Tensor:
-    return ops.Mul.apply(a, b)
-
-
-def div(a: Any, b: Any) -> Tensor:
-    return ops.Div.apply(a, b)
-
-
-def neg(a: Tensor) -> Tensor:
-    return ops.Neg.apply(a)
-
-
-def pow(a: Any, exponent: Any) -> Tensor:  # noqa: A001  (torch's name)
-    return ops.Pow.apply(a, exponent)
-
-
-def matmul(a: Any, b: Any) -> Tensor:
-    return ops.MatMul.apply(a, b)
-
-
-def exp(x: Tensor) -> Tensor:
-    return ops.Exp.apply(x)
-
-
-def log(x: Tensor) -> Tensor:
-    return ops.Log.apply(x)
 
 
 def tanh(x: Tensor) -> Tensor:
@@ -65,41 +27,81 @@ def sigmoid(x: Tensor) -> Tensor:
     return ops.Sigmoid.apply(x)
 
 
-def relu(x: Tensor) -> Tensor:
-    return ops.ReLU.apply(x)
+def relu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002  (torch's names)
+    _refuse("relu", inplace=inplace)
+    return ops.ReLU.apply(input)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return ops.Linear.apply(x, weight, bias)
 
 
-def softmax(x: Tensor, dim: int, dtype: Any = None) -> Tensor:
-    """As torch: ``dtype`` casts the input first (e.g. softmax of float32 in float64)."""
-    x = x if dtype is None else _t(x).to(dtype)
-    return ops.Softmax.apply(x, _norm_dim(dim, x.ndim))
+def _softmax_dim(dim: int | None, ndim: int) -> int:
+    """torch's implicit dim when none is given (deprecated there): 0 for 0-, 1- and 3-dim
+    inputs, else 1."""
+    if dim is not None:
+        return dim
+    return 0 if ndim in (0, 1, 3) else 1
 
 
-def log_softmax(x: Tensor, dim: int, dtype: Any = None) -> Tensor:
-    x = x if dtype is None else _t(x).to(dtype)
-    return ops.LogSoftmax.apply(x, _norm_dim(dim, x.ndim))
+def softmax(
+    input: Tensor,  # noqa: A002  (torch's names, and torch's argument order)
+    dim: int | None = None,
+    _stacklevel: int = 3,
+    dtype: Any = None,
+) -> Tensor:
+    """As torch: ``dtype`` casts the input first (e.g. softmax of float32 in float64);
+    ``_stacklevel`` (torch's warning depth) changes nothing."""
+    x = _t(input)
+    return x.softmax(_softmax_dim(dim, x.ndim), dtype)
+
+
+def log_softmax(
+    input: Tensor,  # noqa: A002
+    dim: int | None = None,
+    _stacklevel: int = 3,
+    dtype: Any = None,
+) -> Tensor:
+    x = _t(input)
+    return x.log_softmax(_softmax_dim(dim, x.ndim), dtype)
+
+
+def _reduction(size_average: Any, reduce: Any, reduction: str) -> str:
+    """torch's legacy size_average / reduce arguments, mapped as torch maps them."""
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    return "none" if not reduce else "mean" if size_average else "sum"
+
+
+def _refuse(where: str, **options: Any) -> None:
+    """A TypeError for a torch option minigrad does not support, given a non-default value."""
+    for name, value in options.items():
+        if value:
+            raise TypeError(f"{where}: {name}={value!r} is not supported by minigrad")
 
 
 def cross_entropy(
     input: Tensor,  # noqa: A002  (torch's name)
     target: Any,
     weight: Any = None,
+    size_average: bool | None = None,
     ignore_index: int = -100,
+    reduce: bool | None = None,
     reduction: str = "mean",
     label_smoothing: float = 0.0,
 ) -> Tensor:
-    """torch.nn.functional.cross_entropy: class-index or class-probability targets, inputs
-    (C,), (N, C) or (N, C, d1, ...), class weights, ignore_index, label smoothing.
+    """torch.nn.functional.cross_entropy, with torch's argument order: class-index or
+    class-probability targets, inputs (C,), (N, C) or (N, C, d1, ...), class weights,
+    ignore_index, label smoothing; the legacy size_average / reduce as torch maps them.
 
     The common case, (N, C) logits with class ids and no options, is one fused primitive;
     everything else is composed of recorded ops (see minigrad.nn.losses)."""
+    reduction = _reduction(size_average, reduce, reduction)
     t = target.data if isinstance(target, Tensor) else np.asarray(target)
     if (
-        not isinstance(target, Tracer)  # its values (is an id ignored?) are known per call only
+        not is_tracer(target)  # its values (is an id ignored?) are known per call only
         and weight is None
         and not label_smoothing
         and reduction != "none"
@@ -116,8 +118,18 @@ def cross_entropy(
     return cross_entropy_general(input, t, weight, ignore_index, reduction, label_smoothing, target)
 
 
-def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:  # noqa: A002
-    """Mean (or summed, or per-element with "none") squared difference, as torch."""
+def mse_loss(
+    input: Tensor,  # noqa: A002
+    target: Any,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    weight: Any = None,
+) -> Tensor:
+    """Mean (or summed, or per-element with "none") squared difference, as torch (torch's
+    argument order; the legacy size_average / reduce as torch maps them; no weight)."""
+    _refuse("mse_loss", weight=weight is not None)
+    reduction = _reduction(size_average, reduce, reduction)
     target_shape = target.shape if hasattr(target, "shape") else ()
     if tuple(target_shape) != tuple(input.shape):
         raise ValueError(
@@ -134,83 +146,23 @@ def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:  # 
     raise ValueError(f"mse_loss: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
 
 
-# ----------------------------------------------------------------------------- new ops
-def abs(x: Tensor) -> Tensor:  # noqa: A001
-    return ops.Abs.apply(x)
-
-
-def sqrt(x: Tensor) -> Tensor:
-    return ops.Sqrt.apply(x)
-
-
-def rsqrt(x: Tensor) -> Tensor:
-    return ops.Rsqrt.apply(x)
-
-
-def clamp(x: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
-    return ops.Clamp.apply(x, min, max)
-
-
-def maximum(a: Any, b: Any) -> Tensor:
-    return ops.Maximum.apply(a, b)
-
-
-def minimum(a: Any, b: Any) -> Tensor:
-    return ops.Minimum.apply(a, b)
-
-
-def where(condition: Any, a: Any, b: Any) -> Tensor:
-    return ops.Where.apply(index_arg(condition), a, b)
-
-
-def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    tensors = [_t(x) for x in tensors]
-    if not tensors:
-        raise ValueError("cat: expected a non-empty list of tensors")
-    ref = next((x for x in tensors if x.shape != (0,)), tensors[0])  # (0,): skipped, as torch
-    return ops.Cat.apply(_norm_dim(dim, ref.ndim), *tensors)
-
-
-def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    tensors = [_t(x) for x in tensors]
-    if not tensors:
-        raise ValueError("stack: expected a non-empty list of tensors")
-    return ops.Stack.apply(_norm_dim(dim, tensors[0].ndim + 1), *tensors)
-
-
-def split(x: Tensor, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
-    return ops.split(x, split_size_or_sections, dim)
-
-
-def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
-    return ops.chunk(x, chunks, dim)
-
-
-def gather(x: Tensor, dim: int, index: Any) -> Tensor:
-    return ops.gather(x, dim, index)
-
-
-def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
-    return ops.index_select(x, dim, index)
-
-
-def masked_fill(x: Tensor, mask: Any, value: Any) -> Tensor:
-    return ops.MaskedFill.apply(x, index_arg(mask), value)
-
-
-def var(x: Tensor, dim: Any = None, correction: float = 1, keepdim: bool = False) -> Tensor:
-    return ops.Var.apply(x, _norm_dim(dim, x.ndim), correction, keepdim)
-
-
-def std(x: Tensor, dim: Any = None, correction: float = 1, keepdim: bool = False) -> Tensor:
-    return ops.std_from_var(var(x, dim, correction, keepdim))
-
-
-def logsumexp(x: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
-    return ops.LogSumExp.apply(x, _norm_dim(dim, x.ndim), keepdim)
-
-
-def embedding(input: Any, weight: Tensor, padding_idx: int | None = None) -> Tensor:  # noqa: A002
+def embedding(
+    input: Any,  # noqa: A002
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
+    """Rows of ``weight`` (torch's signature; max_norm, scale_grad_by_freq and sparse are
+    refused, norm_type only matters with max_norm)."""
+    _refuse(
+        "embedding",
+        max_norm=max_norm is not None,
+        scale_grad_by_freq=scale_grad_by_freq,
+        sparse=sparse,
+    )
     if padding_idx is not None and padding_idx < 0:
         padding_idx += weight.shape[0]
     return ops.Embedding.apply(index_arg(input), weight, padding_idx)
@@ -231,13 +183,15 @@ def layer_norm(
     return ops.LayerNorm.apply(x, weight, bias, len(shape), eps)
 
 
-def gelu(x: Tensor, approximate: str = "none") -> Tensor:
-    return ops.GELU.apply(x, approximate)
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
+    return ops.GELU.apply(input, approximate)
 
 
-def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zero each element with probability p, scale the rest by 1 / (1 - p); the mask comes
-    from minigrad's generator (minigrad.manual_seed). Identity when p = 0 or not training."""
+    from minigrad's generator (minigrad.manual_seed). Identity when p = 0 or not training.
+    ``inplace`` is refused."""
+    _refuse("dropout", inplace=inplace)
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
@@ -251,6 +205,27 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     return ops.Dropout.apply(x, mask)
 
 
-def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False):
-    """softmax(q kᵀ / √d) v as one fused node (minigrad.attention.FusedAttention)."""
-    return attention.scaled_dot_product_attention(q, k, v, is_causal)
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """softmax(q kᵀ · scale) v as one node (minigrad.ops.attention.FusedAttention); scale
+    None is 1/√d, ``is_causal`` masks the future as torch does. torch's signature; an
+    explicit mask, dropout and grouped-query attention are refused."""
+    for name, given in (
+        ("attn_mask", attn_mask is not None),
+        ("dropout_p", dropout_p != 0.0),
+        ("enable_gqa", bool(enable_gqa)),
+    ):
+        if given:
+            raise TypeError(
+                f"scaled_dot_product_attention: {name} is not supported by minigrad "
+                "(is_causal and scale are)"
+            )
+    return ops.FusedAttention.apply(query, key, value, bool(is_causal), scale)

@@ -11,7 +11,7 @@ import numpy as np
 
 from minigrad import ops
 from minigrad.tensor import Tensor
-from minigrad.tracing import Tracer
+from minigrad.tracer_base import is_tracer
 
 
 def _class_weights(weight: Any, n_classes: int, dtype: np.dtype) -> np.ndarray | None:
@@ -58,7 +58,7 @@ def cross_entropy_general(
     if not 0.0 <= smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {smoothing}")
     probs = t.dtype.kind == "f"
-    if isinstance(target_tensor, Tracer) or (probs and _requires_grad(target_tensor)):
+    if is_tracer(target_tensor) or (probs and _requires_grad(target_tensor)):
         t = target_tensor  # traced (vmap over targets), or differentiated as torch does
     if probs and ignore_index != -100:
         raise RuntimeError("ignore_index is not supported for floating point target")
@@ -119,7 +119,7 @@ def _class_targets(
     n_classes = x.shape[1]
     # Written with ops (Compare, Where, Gather) rather than NumPy indexing, so that a traced
     # target (vmap over labels) stays traced instead of freezing to one example's labels.
-    traced = isinstance(t, Tracer)
+    traced = is_tracer(t)
     valid = t != ignore_index if traced else Tensor._wrap(np.asarray(t != ignore_index))
     if not traced:
         _check_class_ids(t, valid.data, n_classes)

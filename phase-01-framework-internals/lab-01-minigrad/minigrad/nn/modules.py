@@ -121,7 +121,7 @@ class Module:
         """Cast every parameter in place (same Parameter objects, new data), as torch."""
         for p in self.parameters():
             p.data = p.data.astype(dtype)
-            p._vc[0] += 1
+            p._version_counter[0] += 1
         return self
 
     def double(self) -> Module:
@@ -150,7 +150,7 @@ class Module:
                     f"load_state_dict: {name} has shape {p.shape}, checkpoint has {value.shape}"
                 )
             p.data[...] = value
-            p._vc[0] += 1
+            p._version_counter[0] += 1
 
 
 class Linear(Module):

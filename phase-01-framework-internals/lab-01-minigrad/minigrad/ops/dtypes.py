@@ -7,10 +7,11 @@ from typing import Any
 import numpy as np
 
 from minigrad.function import Primitive
-from minigrad.ops.dual import cast
+from minigrad.ops.array_or_tensor import cast
+from minigrad.ops.rulekit import rules_for, vmap_elementwise
 
 # NumPy 2 and torch promote alike when both operands share a dtype, or one is a Python number
-# and the other a float array: the hot path, which _like_torch only checks. Elsewhere they
+# and the other a float array: the hot path, which cast_to_torch_result only checks. Elsewhere they
 # differ: torch treats a 0-dim tensor as "weak" beside a dimensioned one (float32 * 0-dim
 # float64 stays float32), puts any float above any int (int64 * float32 is float32), and gives
 # float32 where NumPy's default is float64 (int / int, int * 0.5). NumPy scalars (np.float64)
@@ -19,14 +20,14 @@ _CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2}
 _DEFAULT = {0: np.dtype(bool), 1: np.dtype(np.int64), 2: np.dtype(np.float32)}
 
 
-def _promote(d1: np.dtype, d2: np.dtype) -> np.dtype:
+def promote_types(d1: np.dtype, d2: np.dtype) -> np.dtype:
     c1, c2 = _CATEGORY[d1.kind], _CATEGORY[d2.kind]
     if c1 != c2:  # torch: the higher category wins whatever the size (int64 * float16 -> f16)
         return d1 if c1 > c2 else d2
     return np.promote_types(d1, d2)
 
 
-def _torch_result_type(a: Any, b: Any, true_div: bool) -> np.dtype:
+def torch_result_type(a: Any, b: Any, true_div: bool) -> np.dtype:
     """torch.result_type: promote the dimensioned operands; a 0-dim one, then a Python
     number, counts only where it raises the category (float over int over bool)."""
     groups: list[list[np.dtype]] = [[], [], []]  # dimensioned, 0-dim, Python numbers
@@ -39,17 +40,17 @@ def _torch_result_type(a: Any, b: Any, true_div: bool) -> np.dtype:
     for group in groups:
         if not group:
             continue
-        d = group[0] if len(group) == 1 else _promote(*group)
+        d = group[0] if len(group) == 1 else promote_types(*group)
         if result is None:
             result = d
         elif _CATEGORY[d.kind] > _CATEGORY[result.kind]:
-            result = _promote(result, d)
+            result = promote_types(result, d)
     if true_div and result.kind != "f":  # torch's true division of ints gives float32
         result = _DEFAULT[2]
     return result
 
 
-def _like_torch(ctx: Any, out: Any, a: Any, b: Any, true_div: bool = False) -> Any:
+def cast_to_torch_result(ctx: Any, out: Any, a: Any, b: Any, true_div: bool = False) -> Any:
     """Cast ``out`` (NumPy's result of a binary op) to torch's result dtype. When that
     mixes dtypes, remember the inputs' dtypes: each gradient must come back in its own."""
     dt = out.dtype
@@ -59,11 +60,11 @@ def _like_torch(ctx: Any, out: Any, a: Any, b: Any, true_div: bool = False) -> A
         ctx.in_dtypes = None
         return out
     ctx.in_dtypes = (da, db)
-    want = _torch_result_type(a, b, true_div)
+    want = torch_result_type(a, b, true_div)
     return out if want == dt else out.astype(want)
 
 
-def _in_dtypes(ctx: Any, ga: Any, gb: Any) -> tuple[Any, Any]:
+def grads_in_input_dtypes(ctx: Any, ga: Any, gb: Any) -> tuple[Any, Any]:
     """Each gradient in its input's dtype (only after a mixed-dtype forward)."""
     da, db = ctx.in_dtypes
     if ga is not None and da is not None:
@@ -102,20 +103,9 @@ class StopGradient(Primitive):
 
 
 # ----------------------------------------------------------------------------- rules
-def _register_cast_rules() -> None:
-    from minigrad.ops.rulekit import linear_jvp, rules_for, vmap_elementwise
-
-    rules_for(
-        Cast,
-        vmap=vmap_elementwise(Cast, (0,)),
-        jvp=linear_jvp(Cast, (0,)),
-        transpose=lambda ct, args, linear, avals: (Cast.apply(ct, avals[0][1]), None),
-    )
-    rules_for(
-        StopGradient,
-        vmap=lambda size, args, batched: StopGradient.apply(args[0]),
-        jvp=lambda args, tans: (StopGradient.apply(args[0]), None),
-    )
-
-
-_register_cast_rules()
+rules_for(Cast, linear=(0,), vmap=vmap_elementwise(Cast, (0,)))
+rules_for(
+    StopGradient,
+    vmap=lambda size, args, batched: StopGradient.apply(args[0]),
+    jvp=lambda args, tans: (StopGradient.apply(args[0]), None),
+)

@@ -5,12 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 from minigrad.function import Primitive
-from minigrad.ops.dual import (
+from minigrad.ops.array_or_tensor import (
     reduce_sum,
     sum_to,
 )
-from minigrad.ops.rulekit import FakeCtx, P, align, ex_ndim, rules_for, tangent_sum
-from minigrad.tensor import Tensor
+from minigrad.ops.rulekit import (
+    P,
+    align,
+    ex_ndim,
+    rules_for,
+    tangent_sum,
+    transpose_from_backward,
+)
 
 
 class MatMul(Primitive):
@@ -114,15 +120,6 @@ def _matmul_jvp(args, tans):
     return out, tangent_sum(terms, out.shape)
 
 
-def _placeholder(x, aval):
-    return x if x is not None else Tensor._wrap(np.zeros(aval[0], aval[1]))
-
-
-def _matmul_transpose(ct, args, linear, avals):
-    a, b = (_placeholder(x, av) for x, av in zip(args, avals, strict=True))
-    return MatMul.backward(FakeCtx((a, b), tuple(linear)), ct)
-
-
 def _linear_vmap(size, args, batched):
     x, w, bias = args
     bx, bw, bb = batched
@@ -153,10 +150,7 @@ def _linear_jvp(args, tans):
     return out, tangent_sum(terms, out.shape)
 
 
-def _linear_transpose(ct, args, linear, avals):
-    x, w = (_placeholder(v, av) for v, av in zip(args[:2], avals[:2], strict=True))
-    return Linear.backward(FakeCtx((x, w), tuple(linear)), ct)
-
-
-rules_for(MatMul, vmap=_matmul_vmap, jvp=_matmul_jvp, transpose=_matmul_transpose)
-rules_for(Linear, vmap=_linear_vmap, jvp=_linear_jvp, transpose=_linear_transpose)
+# Bilinear: jvp is the product rule (the op applied to one tangent at a time); in each
+# operand, the other held constant, the op is linear and its transpose is its backward.
+rules_for(MatMul, vmap=_matmul_vmap, jvp=_matmul_jvp, transpose=transpose_from_backward(MatMul))
+rules_for(Linear, vmap=_linear_vmap, jvp=_linear_jvp, transpose=transpose_from_backward(Linear))

@@ -3,7 +3,7 @@
 Direct rules map an op to one StableHLO op (plus the explicit broadcasts and converts NumPy
 does implicitly); composite ops lower by decomposition into simpler primitives, written as
 ordinary minigrad code (``decompose``). Imported by minigrad.func.stablehlo, so plain
-``import minigrad`` does not load it.
+``import minigrad`` does not load it; written with :mod:`minigrad.func.emitter`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from minigrad.func.stablehlo import Emitter, LoweringError, const_or_static, decompose, i64_array
+from minigrad.func.emitter import Emitter, LoweringError, const_or_static, decompose, i64_array
 from minigrad.ops.rulekit import P, rules_for
 from minigrad.tracing import Eqn
 
@@ -79,6 +79,27 @@ def _where(em: Emitter, eqn: Eqn, ins: list) -> str:
 def _relu(em: Emitter, eqn: Eqn, ins: list) -> str:
     shape, dt = eqn.out.shape, eqn.out.dtype
     return em.op("stablehlo.maximum", [ins[0], em.constant(0, dt, shape)], shape, dt)
+
+
+def _rounded_div(em: Emitter, eqn: Eqn, ins: list) -> str:
+    a, b, mode = ins
+    shape, dt = eqn.out.shape, eqn.out.dtype
+    if dt.kind != "f":
+        raise LoweringError("jit: RoundedDiv of integers has no lowering rule (floats only)")
+    q = em.op("stablehlo.divide", [em.operand(a, shape, dt), em.operand(b, shape, dt)], shape, dt)
+    down = em.op("stablehlo.floor", [q], shape, dt)
+    if mode == "floor":
+        return down
+    up = em.op("stablehlo.ceil", [q], shape, dt)
+    negative = em.op(
+        "stablehlo.compare",
+        [q, em.constant(0, dt, shape)],
+        shape,
+        bool,
+        "comparison_direction = #stablehlo<comparison_direction LT>, "
+        "compare_type = #stablehlo<comparison_type FLOAT>",
+    )
+    return em.op("stablehlo.select", [negative, up, down], shape, dt)
 
 
 def _erf(em: Emitter, eqn: Eqn, ins: list) -> str:
@@ -410,10 +431,6 @@ def _sum_to(a, shape):
     return P["Reshape"].apply(P["Sum"].apply(a, axes, False) if axes else a, tuple(shape))
 
 
-def _amax(a, axis, keepdims, nan_is_max=False):
-    return _kept(a, axis, keepdims, P["AMax"].apply(a, axis, True))
-
-
 def _first_max(a, axis):
     flat = a if axis is not None else P["Reshape"].apply(a, (-1,))
     ax = 0 if axis is None else axis % a.ndim
@@ -480,6 +497,7 @@ rules_for(P["Compare"], lower=_compare)
 rules_for(P["Where"], lower=_where)
 rules_for(P["ReLU"], lower=_relu)
 rules_for(P["Erf"], lower=_erf)
+rules_for(P["RoundedDiv"], lower=_rounded_div)
 rules_for(P["Cast"], lower=_cast)
 rules_for(P["StopGradient"], lower=lambda em, eqn, ins: ins[0])  # the value itself
 rules_for(P["MatMul"], lower=_matmul)

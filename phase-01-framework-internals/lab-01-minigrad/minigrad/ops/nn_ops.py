@@ -7,17 +7,9 @@ import math
 import numpy as np
 
 from minigrad.function import Primitive
-from minigrad.ops.dual import erf, exp, np_erf, reduce_sum, sum_to, tanh
-from minigrad.ops.rulekit import (
-    P,
-    align,
-    linear_jvp,
-    rules_for,
-    tangent_sum,
-    to_batched,
-    unary_jvp,
-    vmap_elementwise,
-)
+from minigrad.ops.array_or_tensor import erf, exp, np_erf, reduce_sum, sum_to, tanh
+from minigrad.ops.elementwise import UnaryMap
+from minigrad.ops.rulekit import P, align, rules_for, tangent_sum, to_batched, vmap_elementwise
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -44,7 +36,7 @@ class LayerNorm(Primitive):
 
     @staticmethod
     def backward(ctx, g):
-        # Recomputed from x with dual ops, so that create_graph differentiates through it.
+        # Recomputed from x with array-or-Tensor ops: create_graph differentiates through it.
         x, w = ctx.saved_tensors
         nx, nw, nb = ctx.needs_input_grad[:3]
         n = math.prod(x.shape[d] for d in ctx.axes)
@@ -62,30 +54,29 @@ class LayerNorm(Primitive):
         return gx, gw, gb, None, None
 
 
-class GELU(Primitive):
+class GELU(UnaryMap):
     """x * Φ(x) ("none", with erf) or its tanh approximation ("tanh"), as torch.nn.GELU."""
 
+    float_only = False
+
     @staticmethod
-    def forward(ctx, x, approximate):
+    def compute(x, approximate):
         if approximate not in ("none", "tanh"):
             raise ValueError(f"gelu: approximate must be 'none' or 'tanh', not {approximate!r}")
-        ctx.approximate = approximate
-        ctx.save_for_backward(x)
         if approximate == "tanh":
             return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
         return 0.5 * x * (1 + np_erf(x / math.sqrt(2.0)))
 
     @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        if ctx.approximate == "tanh":
-            inner = _SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)
-            t = tanh(inner)
-            d_inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
-            return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * d_inner), None
-        cdf = 0.5 * (1 + erf(x * (1 / math.sqrt(2.0))))
+    def chain(g, x, out, approximate):
+        if approximate == "tanh":
+            inner = (x + x * x * x * 0.044715) * _SQRT_2_OVER_PI
+            th = tanh(inner)
+            d_inner = (x * x * (3 * 0.044715) + 1.0) * _SQRT_2_OVER_PI
+            return g * ((th + 1.0) * 0.5 + x * (1.0 - th * th) * d_inner * 0.5)
+        cdf = (erf(x * (1 / math.sqrt(2.0))) + 1.0) * 0.5
         pdf = exp(x * x * -0.5) * _INV_SQRT_2PI
-        return g * (cdf + x * pdf), None
+        return g * (cdf + x * pdf)
 
 
 class Dropout(Primitive):
@@ -94,12 +85,13 @@ class Dropout(Primitive):
 
     @staticmethod
     def forward(ctx, x, mask):
-        ctx.mask = mask
+        ctx.save_for_backward(mask)
         return x * mask
 
     @staticmethod
     def backward(ctx, g):
-        return g * ctx.mask, None
+        (mask,) = ctx.saved_tensors
+        return g * mask, None
 
 
 # ----------------------------------------------------------------------------- rules
@@ -137,22 +129,7 @@ def _layer_norm_jvp(args, tans):
     return out, tangent_sum(terms, out.shape)
 
 
-def _gelu_derivative(t, x, out, approximate):
-    if approximate == "tanh":
-        inner = (x + x * x * x * 0.044715) * _SQRT_2_OVER_PI
-        th = tanh(inner)
-        d_inner = (x * x * (3 * 0.044715) + 1.0) * _SQRT_2_OVER_PI
-        return t * ((th + 1.0) * 0.5 + x * (1.0 - th * th) * d_inner * 0.5)
-    cdf = (erf(x * (1 / math.sqrt(2.0))) + 1.0) * 0.5
-    pdf = exp(x * x * -0.5) * _INV_SQRT_2PI
-    return t * (cdf + x * pdf)
-
-
+# LayerNorm's jvp is written apart from its backward: not elementwise, its Jacobian is no
+# diagonal that one formula could serve both directions with.
 rules_for(LayerNorm, vmap=_layer_norm_vmap, jvp=_layer_norm_jvp)
-rules_for(GELU, vmap=vmap_elementwise(GELU, (0,)), jvp=unary_jvp(GELU, _gelu_derivative))
-rules_for(
-    Dropout,
-    vmap=vmap_elementwise(Dropout, (0, 1)),
-    jvp=linear_jvp(Dropout, (0,)),
-    transpose=lambda ct, args, lin, avals: (Dropout.apply(ct, args[1]), None),
-)
+rules_for(Dropout, linear=(0,), vmap=vmap_elementwise(Dropout, (0, 1)))

@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 
 from minigrad.function import Primitive
+from minigrad.ops.array_or_tensor import exp, expand, log, reduce_sum, value
 from minigrad.ops.dtypes import Cast
-from minigrad.ops.dual import exp, expand, log, reduce_sum, value
 from minigrad.ops.rulekit import P, cmp, rules_for, shift_axis, where0
 from minigrad.tensor import Tensor
-from minigrad.tracing import Tracer
+from minigrad.tracer_base import is_tracer
 
 
 def _kept_shape(shape: tuple[int, ...], axis: Any) -> tuple[int, ...]:
@@ -201,7 +201,7 @@ def arg_max(x: Tensor, axis: int | None, keepdim: bool, largest: bool = True) ->
     """torch.argmax (the first maximum), or argmin. Eagerly NumPy's; on a traced tensor it
     is built from the FirstMax mask (sum of positions where it is set), so vmap/jit see
     every example's indices instead of the traced example's."""
-    if not isinstance(x, Tracer):
+    if not is_tracer(x):
         find = np.argmax if largest else np.argmin
         return Tensor._wrap(np.asarray(find(x.data, axis=axis, keepdims=keepdim)))
     mask = FirstMax.apply(x if largest else -x, axis)
@@ -230,25 +230,6 @@ def _vmap_reduction(prim):
                 return P["Reshape"].apply(out, a.shape)
             return P["Reshape"].apply(out, (size,) + ((1,) * nd if rest[0] else ()))
         return prim.apply(a, shift_axis(axis, nd), *rest)
-
-    return rule
-
-
-def _sum_like_jvp(prim):
-    def rule(args, tans):
-        return prim.apply(*args), prim.apply(tans[0], *args[1:])
-
-    return rule
-
-
-def _sum_transpose(count):
-    def rule(ct, args, linear, avals):
-        shape = avals[0][0]
-        kept = _kept_shape(shape, args[1])
-        g = ct.reshape(kept)
-        if count:
-            g = g / _count(shape, args[1])
-        return (expand(g, shape),) + (None,) * (len(args) - 1)
 
     return rule
 
@@ -287,8 +268,10 @@ def _lse_jvp(args, tans):
 
 for _prim in (Sum, Mean, Max, AMax, Var, LogSumExp, FirstMax):
     rules_for(_prim, vmap=_vmap_reduction(_prim))
-rules_for(Sum, jvp=_sum_like_jvp(Sum), transpose=_sum_transpose(False))
-rules_for(Mean, jvp=_sum_like_jvp(Mean), transpose=_sum_transpose(True))
+rules_for(Sum, linear=(0,))
+rules_for(Mean, linear=(0,))
+# The other reductions are not linear: their jvps are written apart from their backwards
+# (a reduction's Jacobian is no diagonal that one formula could serve both directions with).
 rules_for(Max, jvp=_max_jvp)
 rules_for(AMax, jvp=_amax_jvp)
 rules_for(Var, jvp=_var_jvp)

@@ -11,7 +11,19 @@ Four rule kinds, each a table in :mod:`minigrad.rules` keyed by primitive:
   ``linear`` (the others are known values), the cotangent of each linear input. Reverse mode is
   jvp (with the tangent side traced) followed by transposition, so only the ops that jvp
   rules apply to tangents need one.
-* ``lower(ctx, ins, eqn) -> str``: StableHLO text for the op (minigrad.func.stablehlo).
+* ``lower(em, eqn, ins) -> str``: StableHLO text for the op (minigrad.func.stablehlo); or a
+  :class:`Decomposition`: the op written with simpler primitives, lowered inline.
+
+Most rules are not written by hand but derived from one declaration (as PyTorch's
+``derivatives.yaml`` and JAX's ``defvjp`` / ``def_linear`` do):
+
+* an elementwise map declares its derivative once (``chain`` / ``partials`` in
+  :mod:`minigrad.ops.elementwise`): its Jacobian is diagonal, so the same formula gives the
+  backward (applied to a cotangent), the jvp (applied to a tangent) and, for the inputs it is
+  linear in, the transpose;
+* an op linear in some inputs declares them (``rules_for(prim, linear=(0,))``): its jvp is the
+  op applied to the tangents, and its transpose is its own ``backward``
+  (:func:`transpose_from_backward`).
 
 Every rule applies primitives (``P["Mul"].apply`` or Tensor operators) to its arguments, never
 NumPy on them: the arguments may be tracers of an enclosing transformation, which is what
@@ -25,13 +37,23 @@ from typing import Any
 
 import numpy as np
 
+from minigrad.ops.array_or_tensor import shape_of
 from minigrad.rules import PRIMITIVES as P
-from minigrad.rules import register
+from minigrad.rules import RuleCtx, register
 from minigrad.tensor import Tensor
 
 
-def rules_for(prim: type, **table: Callable[..., Any] | None) -> None:
-    """Register the given rules (vmap=..., jvp=..., transpose=..., lower=...) for ``prim``."""
+def rules_for(
+    prim: type, linear: tuple[int, ...] | None = None, **table: Callable[..., Any] | None
+) -> None:
+    """Register the given rules (vmap=..., jvp=..., transpose=..., lower=...) for ``prim``.
+
+    ``linear=(i, ...)`` declares the op linear in those inputs (the others static or
+    constant): jvp and transpose are then derived, unless given.
+    """
+    if linear is not None:
+        table.setdefault("jvp", linear_jvp(prim, linear))
+        table.setdefault("transpose", transpose_from_backward(prim))
     for kind, rule in table.items():
         if rule is not None:
             register(kind, prim)(rule)
@@ -39,10 +61,6 @@ def rules_for(prim: type, **table: Callable[..., Any] | None) -> None:
 
 def is_array(x: Any) -> bool:
     return isinstance(x, (Tensor, np.ndarray))
-
-
-def shape_of(x: Any) -> tuple[int, ...]:
-    return x.shape if is_array(x) else ()
 
 
 # ----------------------------------------------------------------------------- vmap helpers
@@ -119,17 +137,6 @@ def tangent_sum(terms: list, shape: tuple[int, ...]) -> Any:
     return bcast(total, shape)
 
 
-def unary_jvp(prim: type, derivative: Callable[..., Any]) -> Callable[..., Any]:
-    """jvp of a unary map: tangent * f'(x), f' given by ``derivative(t, x, out, *params)``."""
-
-    def rule(args: tuple, tans: tuple) -> tuple[Any, Any]:
-        out = prim.apply(*args)
-        t = tans[0]
-        return out, None if t is None else derivative(t, args[0], out, *args[1:])
-
-    return rule
-
-
 def linear_jvp(prim: type, positions: tuple[int, ...]) -> Callable[..., Any]:
     """jvp of an op linear in the args at ``positions`` (the others static): the op itself
     applied to the tangents (zeros for a missing one)."""
@@ -149,9 +156,40 @@ def zeros(x: Any) -> Tensor:
     return Tensor._wrap(np.zeros(shape_of(x), dtype=getattr(x, "dtype", np.float64)))
 
 
-class FakeCtx:
-    """Stands in for ``ctx`` when a transpose rule reuses an op's own backward (for ops whose
-    backward reads nothing but the saved inputs and ``needs_input_grad``)."""
+def transpose_from_backward(prim: type) -> Callable[..., Any]:
+    """The transpose rule of an op linear in the inputs ``linear`` marks: its own backward.
 
-    def __init__(self, saved: tuple, needs: tuple) -> None:
-        self.saved_tensors, self.needs_input_grad = saved, needs
+    The backward of a linear op, applied to a cotangent, *is* its transpose. It reads what
+    forward left on ``ctx`` (shapes, axes, the saved inputs), so forward runs first on
+    stand-ins (zeros for the linear inputs, the known values for the others); the saved
+    arrays are then mapped back to the values they stand for, so that the backward records
+    on them (they may be tracers of an enclosing transformation). Fit for ops whose ``ctx``
+    attributes depend on shapes and static arguments only, not on array values.
+    """
+
+    def rule(ct: Any, args: tuple, linear: tuple, avals: tuple) -> tuple:
+        raw, stands_for = [], {}
+        for a, lin, aval in zip(args, linear, avals, strict=True):
+            if lin:
+                a = Tensor._wrap(np.zeros(aval[0], aval[1]))
+            if isinstance(a, Tensor):
+                stands_for[id(a.data)] = a
+                a = a.data
+            raw.append(a)
+        ctx = RuleCtx()
+        prim.forward(ctx, *raw)
+        ctx.saved_tensors = tuple(stands_for.get(id(s), s) for s in ctx.saved_tensors)
+        ctx.needs_input_grad = tuple(linear)
+        cts = prim.backward(ctx, ct if isinstance(ct, Tensor) else Tensor._wrap(np.asarray(ct)))
+        return cts if isinstance(cts, tuple) else (cts,)
+
+    return rule
+
+
+class Decomposition:
+    """A ``lower`` rule given as a function of simpler primitives (same arguments as the op):
+    the emitter traces and lowers it inline. A declaration only, so an op family can state
+    its lowering without loading the emitter (``import minigrad`` loads no lowering code)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn

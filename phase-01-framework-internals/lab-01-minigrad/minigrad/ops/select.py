@@ -9,22 +9,23 @@ from typing import Any
 import numpy as np
 
 from minigrad.function import Primitive
-from minigrad.ops.dtypes import _promote
-from minigrad.ops.dual import cast, index_arg, reduce_sum, sum_to, value
+from minigrad.ops.array_or_tensor import cast, index_arg, reduce_sum, sum_to, value
+from minigrad.ops.dtypes import promote_types
 from minigrad.ops.rulekit import (
     P,
     align,
     bcast,
     ex_ndim,
-    linear_jvp,
     rules_for,
     tangent_sum,
     to_batched,
+    transpose_from_backward,
     zeros,
 )
-from minigrad.ops.shape import IndexBackward, _Scratch
-from minigrad.tensor import Tensor, _norm_dim
-from minigrad.tracing import Tracer
+from minigrad.ops.shape import IndexBackward
+from minigrad.rules import RuleCtx
+from minigrad.tensor import Tensor, dims_to_axis
+from minigrad.tracer_base import is_tracer
 
 
 def _along(dim: int, ndim: int, index: Any) -> tuple:
@@ -36,7 +37,7 @@ def _promoted(arrays: list) -> list[np.ndarray]:
     """The arrays in their common dtype by torch's rule (int64 with float32 is float32, where
     NumPy would give float64)."""
     arrays = [np.asarray(a) for a in arrays]
-    dtype = functools.reduce(_promote, [a.dtype for a in arrays])
+    dtype = functools.reduce(promote_types, [a.dtype for a in arrays])
     return [a if a.dtype == dtype else a.astype(dtype) for a in arrays]
 
 
@@ -142,7 +143,7 @@ class ScatterAdd(Primitive):
     def apply(cls, g: Any, *args: Any) -> Any:  # type: ignore[override]
         if isinstance(g, Tensor):
             return super().apply(g, *args)
-        return cls.forward(_Scratch(), g, *args)  # fast path: plain NumPy
+        return cls.forward(RuleCtx(), g, *args)  # fast path: plain NumPy
 
 
 class MaskedFill(Primitive):
@@ -197,7 +198,7 @@ class Embedding(Primitive):
 
 
 def gather(x: Tensor, dim: int, index: Any) -> Tensor:
-    return Gather.apply(x, _norm_dim(dim, x.ndim) if x.ndim else 0, index_arg(index))
+    return Gather.apply(x, dims_to_axis(dim, x.ndim) if x.ndim else 0, index_arg(index))
 
 
 # ----------------------------------------------------------------------------- rules
@@ -220,22 +221,6 @@ def _join_jvp(prim):
         return out, prim.apply(dim, *ts)
 
     return rule
-
-
-def _cat_transpose(ct, args, linear, avals):
-    dim, start, cts = args[0], 0, [None]
-    for lin, aval in zip(linear[1:], avals[1:], strict=True):
-        size = 0 if aval[0] == (0,) and ct.ndim > 1 else aval[0][dim]
-        cts.append(ct[_along(dim, ct.ndim, slice(start, start + size))] if lin else None)
-        start += size
-    return tuple(cts)
-
-
-def _stack_transpose(ct, args, linear, avals):
-    dim = args[0]
-    return (None,) + tuple(
-        ct[_along(dim, ct.ndim, i)] if lin else None for i, lin in enumerate(linear[1:])
-    )
 
 
 def _scatter_add(g: Any, shape: tuple, dim: int, index: Any) -> Any:
@@ -298,7 +283,7 @@ def _embedding_vmap(size, args, batched):
 def _embedding_transpose(ct, args, linear, avals):
     ids, _, pad = args
     shape = avals[1][0]
-    if isinstance(ids, Tracer):  # traced ids (vmap(grad) over tokens): a ScatterAdd that
+    if is_tracer(ids):  # traced ids (vmap(grad) over tokens): a ScatterAdd that
         # records them, so the batching rule sees every example's ids, not the first's
         rows = ct.reshape(-1, shape[-1]) if len(shape) == 2 else ct.reshape(-1)
         index = ids.reshape(-1, 1).expand(*rows.shape) if len(shape) == 2 else ids.reshape(-1)
@@ -312,18 +297,27 @@ def _embedding_transpose(ct, args, linear, avals):
     return None, gw, None
 
 
-rules_for(Cat, vmap=_join_vmap(Cat), jvp=_join_jvp(Cat), transpose=_cat_transpose)
-rules_for(Stack, vmap=_join_vmap(Stack), jvp=_join_jvp(Stack), transpose=_stack_transpose)
+# cat / stack are linear in every piece; the transpose is the backward.
+for _prim in (Cat, Stack):
+    rules_for(
+        _prim,
+        vmap=_join_vmap(_prim),
+        jvp=_join_jvp(_prim),
+        transpose=transpose_from_backward(_prim),
+    )
+# Gather, ScatterAdd, MaskedFill and Embedding are linear too, but their backwards read the
+# index or mask as an array kept on ctx; the transposes below take it as an operand instead,
+# so that a traced (batched) index or mask stays traced.
 rules_for(
     Gather,
     vmap=_gather_vmap,
-    jvp=linear_jvp(Gather, (0,)),
+    linear=(0,),
     transpose=lambda ct, args, lin, avals: (_scatter_add(ct, avals[0][0], *args[1:]), None, None),
 )
 rules_for(
     ScatterAdd,
     vmap=_scatter_vmap,
-    jvp=linear_jvp(ScatterAdd, (0,)),
+    linear=(0,),
     transpose=lambda ct, args, lin, avals: (Gather.apply(ct, args[2], args[3]),) + (None,) * 4,
 )
 rules_for(
@@ -335,6 +329,6 @@ rules_for(
 rules_for(
     Embedding,
     vmap=_embedding_vmap,
-    jvp=linear_jvp(Embedding, (1,)),
+    linear=(1,),
     transpose=_embedding_transpose,
 )

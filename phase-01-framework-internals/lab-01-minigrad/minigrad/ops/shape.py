@@ -7,16 +7,17 @@ from typing import Any
 import numpy as np
 
 from minigrad.function import Primitive
-from minigrad.ops.dual import (
-    _np_sum_to,
+from minigrad.ops.array_or_tensor import (
     expand,
     index_arg,
+    np_sum_to,
     permute,
     sum_to,
 )
 from minigrad.ops.rulekit import P, align, rules_for
-from minigrad.tensor import Tensor, _norm_dim
-from minigrad.tracing import Tracer, TracingError
+from minigrad.rules import RuleCtx
+from minigrad.tensor import Tensor, dims_to_axis
+from minigrad.tracer_base import TracingError, is_tracer
 
 
 class Reshape(Primitive):
@@ -65,7 +66,7 @@ class SumTo(Primitive):
     @staticmethod
     def forward(ctx, a, shape):
         ctx.in_shape = a.shape
-        return _np_sum_to(a, shape)
+        return np_sum_to(a, shape)
 
     @staticmethod
     def backward(ctx, g):
@@ -79,7 +80,7 @@ def _is_basic_index(key: Any) -> bool:
 
 def _unwrap_key(key: Any) -> Any:
     keys = key if isinstance(key, tuple) else (key,)
-    if any(isinstance(k, Tracer) for k in keys):  # its .data is one example's value only
+    if any(is_tracer(k) for k in keys):  # its .data is one example's value only
         raise TracingError(
             "indexing with a traced tensor is not supported (the index would be frozen to "
             "one example's value); use gather / index_select / where"
@@ -134,11 +135,7 @@ class IndexBackward(Primitive):
     def apply(cls, g: Any, shape: tuple[int, ...], key: Any) -> Any:  # type: ignore[override]
         if isinstance(g, Tensor):
             return super().apply(g, shape, key)
-        return cls.forward(_Scratch(), g, shape, key)  # fast path: plain NumPy
-
-
-class _Scratch:
-    """A throwaway ctx for calling a forward directly on arrays."""
+        return cls.forward(RuleCtx(), g, shape, key)  # fast path: plain NumPy
 
 
 # ----------------------------------------------------------------------------- composed views
@@ -146,7 +143,7 @@ class _Scratch:
 def split(x: Tensor, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
     """Views along ``dim``: pieces of ``split_size`` (the last may be smaller), or of the given
     sizes. Each piece is a recorded slice, so its gradient flows back to ``x``."""
-    d = _norm_dim(dim, x.ndim)
+    d = dims_to_axis(dim, x.ndim)
     length = x.shape[d] if x.ndim else 1
     if isinstance(split_size_or_sections, int):
         step = split_size_or_sections
@@ -168,7 +165,7 @@ def split(x: Tensor, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor,
 def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
     if chunks <= 0:
         raise ValueError(f"chunk: chunks must be positive, got {chunks}")
-    length = x.shape[_norm_dim(dim, x.ndim)] if x.ndim else 1
+    length = x.shape[dims_to_axis(dim, x.ndim)] if x.ndim else 1
     return split(x, max(-(-length // chunks), 1), dim)
 
 
@@ -176,14 +173,14 @@ def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
     idx = index_arg(index)
     if idx.ndim > 1:
         raise ValueError(f"index_select: index must be 0-d or 1-d, got shape {idx.shape}")
-    if isinstance(idx, Tracer) and x.ndim:  # a traced index (vmap over it) must stay traced
-        d, flat = _norm_dim(dim, x.ndim), idx.reshape(-1)
+    if is_tracer(idx) and x.ndim:  # a traced index (vmap over it) must stay traced
+        d, flat = dims_to_axis(dim, x.ndim), idx.reshape(-1)
         shape = x.shape[:d] + flat.shape + x.shape[d + 1 :]
         full = flat.reshape((1,) * d + (-1,) + (1,) * (x.ndim - d - 1)).expand(*shape)
         return P["Gather"].apply(x, d, full)
     if x.ndim == 0:
         return Index.apply(x.reshape(1), (idx.reshape(-1),)).reshape(())
-    d = _norm_dim(dim, x.ndim)
+    d = dims_to_axis(dim, x.ndim)
     return Index.apply(x, (slice(None),) * d + (idx.reshape(-1),))
 
 
@@ -252,31 +249,11 @@ def _index_backward_vmap(size, args, batched):
     return IndexBackward.apply(g, (size,) + tuple(shape), new_key)
 
 
-def _linear_rules(prim, transpose, vmap):
-    from minigrad.ops.rulekit import linear_jvp
-
-    rules_for(prim, vmap=vmap, jvp=linear_jvp(prim, (0,)), transpose=transpose)
-
-
-_linear_rules(
-    Reshape, lambda ct, args, lin, avals: (Reshape.apply(ct, avals[0][0]), None), _reshape_vmap
-)
-_linear_rules(
-    Permute,
-    lambda ct, args, lin, avals: (Permute.apply(ct, tuple(np.argsort(args[1]))), None),
-    _permute_vmap,
-)
-_linear_rules(
-    BroadcastTo, lambda ct, args, lin, avals: (sum_to(ct, avals[0][0]), None), _broadcast_vmap
-)
-_linear_rules(SumTo, lambda ct, args, lin, avals: (expand(ct, avals[0][0]), None), _sum_to_vmap)
-_linear_rules(
-    Index,
-    lambda ct, args, lin, avals: (IndexBackward.apply(ct, avals[0][0], _unwrap_key(args[1])), None),
-    _index_vmap,
-)
-_linear_rules(
-    IndexBackward,
-    lambda ct, args, lin, avals: (Index.apply(ct, args[2]), None, None),
-    _index_backward_vmap,
-)
+# Each is linear in its tensor input: jvp applies the op to the tangent, the transpose is the
+# backward (see rulekit.transpose_from_backward).
+rules_for(Reshape, linear=(0,), vmap=_reshape_vmap)
+rules_for(Permute, linear=(0,), vmap=_permute_vmap)
+rules_for(BroadcastTo, linear=(0,), vmap=_broadcast_vmap)
+rules_for(SumTo, linear=(0,), vmap=_sum_to_vmap)
+rules_for(Index, linear=(0,), vmap=_index_vmap)
+rules_for(IndexBackward, linear=(0,), vmap=_index_backward_vmap)

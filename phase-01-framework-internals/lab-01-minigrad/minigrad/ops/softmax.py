@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from minigrad.function import Primitive
-from minigrad.ops.dual import (
-    _np_softmax,
+from minigrad.ops.array_or_tensor import (
     exp,
+    np_softmax,
     reduce_sum,
     softmax,
 )
@@ -19,7 +19,7 @@ class Softmax(Primitive):
     @staticmethod
     def forward(ctx, a, axis):
         ctx.axis = axis
-        out = _np_softmax(a, axis)
+        out = np_softmax(a, axis)
         ctx.save_for_backward(out)
         return out
 
@@ -163,6 +163,8 @@ def _cross_entropy_jvp(args, tans):
     return out, (expected - P["Sum"].apply(_picked(t, target), None, False)) * scale
 
 
+# Written apart from the backwards: softmax and cross-entropy couple a whole row, so their
+# Jacobians are no diagonal that one formula could serve both directions with.
 rules_for(Softmax, vmap=_softmax_vmap(Softmax), jvp=_softmax_jvp)
 rules_for(LogSoftmax, vmap=_softmax_vmap(LogSoftmax), jvp=_log_softmax_jvp)
 rules_for(CrossEntropy, vmap=_cross_entropy_vmap, jvp=_cross_entropy_jvp)

@@ -1,4 +1,4 @@
-"""The dual helpers every backward is written with.
+"""The array-or-Tensor helpers every backward is written with.
 
 A primitive's backward receives ndarrays on the fast path and Tensors under
 ``create_graph=True``. Written with Python operators, ``.reshape``/``.mT`` and these helpers,
@@ -16,10 +16,10 @@ import numpy as np
 
 from minigrad.rules import PRIMITIVES as _P
 from minigrad.tensor import Tensor
-from minigrad.tracing import Tracer
+from minigrad.tracer_base import is_tracer
 
 
-def _np_sum_to(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+def np_sum_to(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(
         i + lead for i, s in enumerate(shape) if s == 1 and x.shape[i + lead] != 1
@@ -35,7 +35,7 @@ def sum_to(x: Any, shape: tuple[int, ...]) -> Any:
         return x
     if isinstance(x, Tensor):
         return _P["SumTo"].apply(x, shape)
-    return _np_sum_to(x, shape)
+    return np_sum_to(x, shape)
 
 
 def expand(x: Any, shape: tuple[int, ...]) -> Any:
@@ -63,7 +63,7 @@ def log(x: Any) -> Any:
 def softmax(x: Any, axis: int) -> Any:
     if isinstance(x, Tensor):
         return _P["Softmax"].apply(x, axis)
-    return _np_softmax(x, axis)
+    return np_softmax(x, axis)
 
 
 def permute(x: Any, axes: tuple[int, ...]) -> Any:
@@ -86,18 +86,18 @@ def index_arg(x: Any) -> Any:
     """An index or mask argument as an op takes it: a plain one as its array, a traced one
     kept as the Tracer, so that vmap over indices/masks batches them (its ``.data`` is only
     the first example's value)."""
-    if isinstance(x, Tracer):
+    if is_tracer(x):
         return x
     return x.data if isinstance(x, Tensor) else np.asarray(x)
 
 
-def _shape(x: Any) -> tuple[int, ...]:
+def shape_of(x: Any) -> tuple[int, ...]:
     if isinstance(x, (np.ndarray, Tensor)):
         return x.shape
     return () if isinstance(x, (int, float)) else np.shape(x)  # np.shape is slow on scalars
 
 
-def _np_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+def np_softmax(x: np.ndarray, axis: int) -> np.ndarray:
     # initial=-inf: a size-0 dim has no max, and softmax over it is just empty (as torch)
     e = np.exp(x - x.max(axis=axis, keepdims=True, initial=-np.inf))
     e /= e.sum(axis=axis, keepdims=True)
@@ -112,11 +112,37 @@ def erf(x: Any) -> Any:
     return _P["Erf"].apply(x) if isinstance(x, Tensor) else np_erf(x)
 
 
-def where(cond: np.ndarray, a: Any, b: Any) -> Any:
-    """``cond ? a : b`` with a constant boolean ``cond`` (recorded when a or b is a Tensor)."""
-    if isinstance(a, Tensor) or isinstance(b, Tensor):
+def where(cond: Any, a: Any, b: Any) -> Any:
+    """``cond ? a : b`` (recorded when any of the three is a Tensor)."""
+    if isinstance(a, Tensor) or isinstance(b, Tensor) or isinstance(cond, Tensor):
         return _P["Where"].apply(cond, a, b)
     return np.where(cond, a, b)
+
+
+def _compare(op: str, ufunc: Any) -> Any:
+    def compare(a: Any, b: Any) -> Any:
+        if isinstance(a, Tensor) or isinstance(b, Tensor):
+            return _P["Compare"].apply(a, b, op)
+        return ufunc(a, b)
+
+    compare.__name__ = op
+    compare.__doc__ = f"The boolean mask ``a {op} b`` (a recorded Compare for a Tensor)."
+    return compare
+
+
+eq = _compare("eq", np.equal)
+gt = _compare("gt", np.greater)
+lt = _compare("lt", np.less)
+ge = _compare("ge", np.greater_equal)
+le = _compare("le", np.less_equal)
+
+
+def sign(x: Any) -> Any:
+    """-1, 0 or 1 in ``x``'s dtype (0 at 0: torch's subgradient of abs)."""
+    if isinstance(x, Tensor):
+        cast_ = _P["Cast"]
+        return cast_.apply(gt(x, 0), x.dtype) - cast_.apply(lt(x, 0), x.dtype)
+    return np.sign(x)
 
 
 _erf_ufunc = np.frompyfunc(math.erf, 1, 1)
