@@ -11,8 +11,9 @@ the shapes alone). "batched" has the model repository's settings (max batch 32, 
 level, so drift hits both alike. Reported per level: requests/s, latency p50/p90/p99, the mean
 batch the batcher formed and the model time per batch; and the throughput ratio at each
 concurrency. On a GPU a batch of 8 costs about what a batch of 1 costs, which is what batching
-is for. One check: every answer the batcher returns equals that document's answer run alone
-(logits within the FP16 gate's 1e-2), so no request gets another's result.
+is for. Two checks: every answer carries the fingerprint of its own document's tokens (no
+request gets another's row), and its logits equal that document's run alone within the FP16
+gate's 1e-2 (batching changes no answer beyond FP16 rounding).
 """
 
 from __future__ import annotations
@@ -57,22 +58,30 @@ DRY = Sizes(minilm.TINY, 16, 0.3, 0.05, 3)
 
 class Model:
     """``run_batch(instance, payloads)`` for the batcher: payloads are document indices; the
-    rows are stacked, run in FP16 on the device, and each caller gets its logits row."""
+    rows are stacked and run in FP16 on the device, and each caller gets its row's logits
+    with a fingerprint of the token ids that row held (computed on the device from the batch),
+    so an answer routed to the wrong request is caught exactly."""
 
     def __init__(self, docs: minilm.Documents, device) -> None:
         network = minilm.build_classifier(FULL.model if device.type == "cuda" else DRY.model)
         self.model = minilm.variant(network, torch.float16, "sdpa").to(device)
         self.docs = docs
         self.device = device
+        self.weights = torch.arange(1, docs.input_ids.shape[1] + 1, device=device)
 
-    def logits(self, indices: list[int]) -> np.ndarray:
+    def fingerprints(self, ids: torch.Tensor) -> torch.Tensor:
+        return (ids * self.weights).sum(dim=1)
+
+    def run(self, indices: list[int]) -> tuple[np.ndarray, np.ndarray]:
         ids = self.docs.input_ids[indices].to(self.device)
         mask = self.docs.attention_mask[indices].to(self.device)
         with torch.inference_mode():
-            return self.model(ids, mask)[0].float().cpu().numpy()
+            logits = self.model(ids, mask)[0].float()
+        return self.fingerprints(ids).cpu().numpy(), logits.cpu().numpy()
 
-    def run_batch(self, instance: int, payloads: list[int]) -> list[np.ndarray]:
-        return list(self.logits(payloads))
+    def run_batch(self, instance: int, payloads: list[int]) -> list[tuple[int, np.ndarray]]:
+        fingerprints, logits = self.run(payloads)
+        return list(zip(fingerprints.tolist(), logits, strict=True))
 
 
 async def closed_loop(
@@ -140,17 +149,15 @@ def measure(args: StepArgs, record: StepRecord) -> str:
     # What batching can buy at most: the model's own time at batch 1 and 8 (no batcher).
     compute = {}
     for batch in (1, 8):
-        call = lambda batch=batch: model.logits(list(range(batch)))  # noqa: E731
+        call = lambda batch=batch: model.run(list(range(batch)))  # noqa: E731
         compute[f"batch_{batch}_p50_ms"] = time_calls(call, device, 2, sizes.model_time_calls)[
             "p50_ms"
         ]
     record.set(model_time=compute)
-    alone = {i: model.logits([i])[0] for i in range(len(docs))}
-    # How far apart two documents' answers are: a request given another's answer would show
-    # a difference at least this large, far above the check's limit.
-    others = [float(np.max(np.abs(alone[i] - alone[i + 1]))) for i in range(len(docs) - 1)]
-    record.set(closest_two_documents_logit_diff=min(others))
-    worst = 0.0
+    expected = model.fingerprints(docs.input_ids.to(device)).cpu().numpy()
+    record.set(distinct_fingerprints=len(set(expected.tolist())) == len(docs))
+    alone = {i: model.run([i])[1][0] for i in range(len(docs))}
+    worst, misrouted = 0.0, 0
     by_level: dict[tuple[str, int], dict] = {}
     for concurrency in CONCURRENCY:
         order = CONFIGS if concurrency % 2 else tuple(reversed(CONFIGS))
@@ -165,7 +172,8 @@ def measure(args: StepArgs, record: StepRecord) -> str:
                     model, config == "batched", concurrency, sizes.seconds_per_level, sizes.warmup_s
                 )
             )
-            worst = max([worst] + [float(np.max(np.abs(a - alone[i]))) for i, a in answers])
+            misrouted += sum(int(fp != expected[i]) for i, (fp, _) in answers)
+            worst = max([worst] + [float(np.max(np.abs(a - alone[i]))) for i, (_, a) in answers])
             by_level[(config, concurrency)] = level
             record.add_row(level)
             print(
@@ -181,6 +189,7 @@ def measure(args: StepArgs, record: StepRecord) -> str:
         if ("batched", c) in by_level and ("unbatched", c) in by_level
     }
     record.set(throughput_ratio_batched_vs_unbatched=ratios)
+    record.add_check("answers_from_another_requests_row", misrouted, 0, "<=")
     record.add_check(
         "answers_match_the_document_run_alone_max_abs_logit_diff",
         worst,

@@ -163,7 +163,8 @@ def measure(args: StepArgs, record: StepRecord) -> str:
                 record.add_row(asdict(variant) | {"status": "skipped", "reason": "dry run"})
                 continue
         if not args.dry_run and not record.budget.allows(variant.estimate_s):
-            reason = f"step budget: {record.budget.left():.0f} s left, needs ~{variant.estimate_s:g}"
+            left = record.budget.left()
+            reason = f"step budget: {left:.0f} s left, needs ~{variant.estimate_s:g}"
             record.add_row(asdict(variant) | {"status": "skipped", "reason": reason})
             continue
         started = time.perf_counter()
@@ -185,7 +186,7 @@ def measure(args: StepArgs, record: StepRecord) -> str:
             ids, mask = timing_inputs(sizes, batch, device)
             with torch.inference_mode():
                 latency = time_calls(
-                    lambda ids=ids, mask=mask: model(ids, mask),
+                    lambda model=model, ids=ids, mask=mask: model(ids, mask),
                     device,
                     sizes.warmup,
                     sizes.iterations[batch],
@@ -204,7 +205,6 @@ def measure(args: StepArgs, record: StepRecord) -> str:
                 f"{gates}",
                 flush=True,
             )
-        del model
     return "ok"
 
 

@@ -89,7 +89,7 @@ def make_documents(
         band = FIRST_WORD_ID + label * BAND + rng.integers(0, BAND, size=words)
         anywhere = rng.integers(FIRST_WORD_ID, vocab_size, size=words)
         body = np.where(rng.random(words) < TOPIC_SHARE, band, anywhere)
-        ids[i, : length] = [CLS_ID, *body, SEP_ID]
+        ids[i, :length] = [CLS_ID, *body, SEP_ID]
         mask[i, :length] = 1
     return Documents(torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(labels))
 

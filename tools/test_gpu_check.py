@@ -1,0 +1,137 @@
+"""The root gpu_check.sh, as a dry run: every step's code at tiny sizes on the CPU, so the
+script the GPU machine runs cannot rot between leases. One run per session; the tests read
+its JSON, markdown and console output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STEPS = ["lab02", "classifier", "batching", "generation"]
+
+
+def run_script(*args: str, out: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = os.environ | {"PYTHON": sys.executable, "OUT": str(out)}
+    return subprocess.run(
+        ["bash", str(ROOT / "gpu_check.sh"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory: pytest.TempPathFactory):
+    out = tmp_path_factory.mktemp("gpu_check")
+    proc = run_script("--dry-run", out=out)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return out, proc, json.loads((out / "gpu_check.json").read_text())
+
+
+def test_every_step_ran_in_order_and_passed(dry_run):
+    _, _, report = dry_run
+    assert [entry["step"] for entry in report["steps"]] == STEPS
+    for entry in report["steps"]:
+        assert entry["status"] == "ok", entry
+        assert 0 < entry["limit_s"] <= 300
+        for check in entry["record"].get("checks", []):
+            assert check["passed"], check
+    assert report["run"]["dry_run"] is True
+    assert report["run"]["seconds"] <= report["run"]["budget_s"] == 600
+
+
+def test_lab02_parts_ran_or_were_skipped_for_want_of_a_gpu(dry_run):
+    _, _, report = dry_run
+    parts = report["steps"][0]["record"]["parts"]
+    assert len(parts) == 5
+    assert [p["status"] for p in parts].count("ok") == 3
+    skipped = [p for p in parts if p["status"] != "ok"]
+    assert all(p["status"] == "skipped: dry run, no GPU" for p in skipped)
+
+
+def test_classifier_timed_every_precision_at_both_batches_and_gated_against_fp32(dry_run):
+    _, _, report = dry_run
+    record = report["steps"][1]["record"]
+    rows = [r for r in record["rows"] if r["status"] == "ok"]
+    assert {(r["dtype"], r["batch"]) for r in rows} >= {
+        (dtype, batch) for dtype in ("fp32", "fp16", "bf16") for batch in (1, 8)
+    }
+    for row in rows:
+        assert 0 < row["p50_ms"] <= row["p90_ms"] <= row["p99_ms"]
+        assert row["ms_per_row"] == pytest.approx(row["p50_ms"] / row["batch"])
+    assert any(r["compile_mode"] for r in rows), "no torch.compile row"
+    names = {c["name"] for c in record["checks"]}
+    for variant in {r["name"] for r in rows} - {"eager_fp32_sdpa"}:
+        prefix = f"{variant}: "
+        assert prefix + "non_finite_values" in names
+        if variant.startswith(("eager_fp16", "compiled_fp16")):
+            assert prefix + "max_abs_logit_diff_vs_torch" in names
+            assert prefix + "argmax_agreement_vs_fp32" in names
+
+
+def test_batcher_sweep_has_both_configs_at_each_concurrency(dry_run):
+    _, _, report = dry_run
+    record = report["steps"][2]["record"]
+    levels = {(r["config"], r["concurrency"]): r for r in record["rows"]}
+    assert set(levels) == {(c, n) for c in ("batched", "unbatched") for n in (1, 4, 16)}
+    for (config, concurrency), level in levels.items():
+        assert level["requests"] > 0
+        assert 1 <= level["avg_batch"] <= (1 if config == "unbatched" else concurrency)
+    assert set(record["throughput_ratio_batched_vs_unbatched"]) == {"1", "4", "16"}
+    assert record["distinct_fingerprints"] is True  # so a misrouted answer would be counted
+    assert [c["name"] for c in record["checks"]] == [
+        "answers_from_another_requests_row",
+        "answers_match_the_document_run_alone_max_abs_logit_diff",
+    ]
+
+
+def test_generation_compares_static_and_continuous(dry_run):
+    _, _, report = dry_run
+    record = report["steps"][3]["record"]
+    rows = {r["engine"]: r for r in record["rows"]}
+    assert set(rows) == {"static", "continuous"}
+    for row in rows.values():
+        assert row["tokens"] > 0 and row["tokens_per_s"] > 0
+        assert row["itl_p50_ms"] <= row["itl_p99_ms"]
+    assert record["verdict"]["tokens_per_s_speedup"] == pytest.approx(
+        rows["continuous"]["tokens_per_s"] / rows["static"]["tokens_per_s"]
+    )
+
+
+def test_outputs_and_the_summary_line(dry_run):
+    out, proc, report = dry_run
+    assert sorted(p.name for p in out.iterdir()) == [
+        "gpu_check.json",
+        "gpu_check.log",
+        "gpu_check.md",
+        "raw.tar.gz",
+    ]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last == report["summary"]
+    assert last.startswith("gpu_check summary: lab02 ok")
+    markdown = (out / "gpu_check.md").read_text()
+    assert "not yet run on a GPU" in markdown
+    assert markdown.count("\n## ") == len(STEPS)
+
+
+def test_bad_argument_is_one_line_and_exit_code_2(tmp_path):
+    proc = run_script("--gpu", out=tmp_path / "out", timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "gpu_check.sh: unknown argument '--gpu' (expected --dry-run, --help or nothing)"
+    ]
+
+
+def test_out_that_is_a_file_is_refused(tmp_path):
+    target = tmp_path / "file"
+    target.write_text("")
+    proc = run_script("--dry-run", out=target, timeout=60)
+    assert proc.returncode == 2
+    assert "is not a folder" in proc.stderr
