@@ -135,3 +135,62 @@ def test_out_that_is_a_file_is_refused(tmp_path):
     proc = run_script("--dry-run", out=target, timeout=60)
     assert proc.returncode == 2
     assert "is not a folder" in proc.stderr
+
+
+def run_module(module: str, *args: str, extra_path: Path | None = None, timeout: float = 120):
+    """``python -m gpu_check.<module>`` as gpu_check.sh runs it (tools/ on PYTHONPATH)."""
+    paths = [str(p) for p in (extra_path, ROOT / "tools") if p is not None]
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-m", f"gpu_check.{module}", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def test_batcher_step_without_tritonclient_is_skipped_and_says_why(tmp_path):
+    # The lent GPU machine has no tritonclient (the serving config imports it): the step must
+    # record why it did not run, not fail.
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "tritonclient.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'tritonclient'\", name='tritonclient')\n"
+    )
+    out = tmp_path / "batching.json"
+    proc = run_module(
+        "batching", "--out", str(out), "--budget-s", "60", "--dry-run", extra_path=shadow
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(out.read_text())
+    assert (record["status"], record["reason"]) == ("skipped", "tritonclient missing")
+    assert record["rows"] == []
+
+
+def test_report_of_a_run_cut_short_keeps_the_rows_and_names_each_step(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    (work / "lab02").mkdir(parents=True)
+    (work / "lab02" / "summary.tsv").write_text("build\tok\t80\ntests\tfailed rc=1\t30\n")
+    (work / "steps.tsv").write_text(
+        "lab02\tfailed rc=1\t120\t300\nclassifier\ttimed out\t160\t160\n"
+    )
+    row = {"name": "eager_fp16_sdpa", "status": "ok", "batch": 1, "p50_ms": 1.0}
+    (work / "classifier.json").write_text(
+        json.dumps({"step": "classifier", "status": "running", "rows": [row], "checks": []})
+    )
+    proc = run_module(
+        "report", "--work", str(work), "--out", str(out), "--budget-s", "600", "--seconds", "290"
+    )
+    assert proc.returncode == 1
+    report = json.loads((out / "gpu_check.json").read_text())
+    statuses = [(e["step"], e["status"]) for e in report["steps"]]
+    assert statuses == [
+        ("lab02", "failed rc=1: tests"),
+        ("classifier", "timed out (rows so far kept)"),
+        ("batching", "not reached"),
+        ("generation", "not reached"),
+    ]
+    assert report["steps"][1]["record"]["rows"] == [row]
+    assert proc.stdout.strip().splitlines()[-1] == report["summary"]
+    assert "## Lab 02" in (out / "gpu_check.md").read_text()

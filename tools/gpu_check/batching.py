@@ -137,9 +137,9 @@ async def closed_loop(
 
 
 def measure(args: StepArgs, record: StepRecord) -> str:
-    missing = project_apis.batcher_missing_module()
-    if missing:
-        return f"skipped: {missing} missing (the serving modules import it)"
+    problem = project_apis.batcher_import_problem()
+    if problem:
+        return f"skipped: {problem}"
     device = pick_device(args.dry_run)
     sizes = DRY if args.dry_run else FULL
     record.set(device=str(device), sizes=asdict(sizes), sequence=SEQUENCE)

@@ -18,7 +18,7 @@ the one to adapt. What is relied on:
   ``StaticBatchingEngine``) and drives them with ``EngineRunner``.
 
 The serving modules import ``tritonclient`` (Triton's config schema) at import time, which the
-lent GPU machine may not hold: :func:`batcher_missing_module` says so before anything is built,
+lent GPU machine may not hold: :func:`batcher_import_problem` says so before anything is built,
 so that the step records "skipped: <module> missing" instead of failing.
 """
 
@@ -41,7 +41,7 @@ __all__ = [
     "StepFunction",
     "TorchStep",
     "BatchCounter",
-    "batcher_missing_module",
+    "batcher_import_problem",
     "batching_settings",
     "engine_comparison",
     "empty_past",
@@ -56,13 +56,17 @@ BATCHER_MODULES = (
 )
 
 
-def batcher_missing_module() -> str | None:
-    """The name of the first module the batcher needs that is not installed, else None."""
+def batcher_import_problem() -> str | None:
+    """Why the batcher's modules cannot be imported here ("tritonclient missing", or the
+    error of a module that is there but refuses to load, e.g. protobuf's generated-code
+    version check), else None."""
     for name in BATCHER_MODULES:
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            return exc.name or name
+            return f"{exc.name or name} missing"
+        except Exception as exc:  # noqa: BLE001 - said in the record, not hidden
+            return f"{name} does not import: {type(exc).__name__}: {exc}"
     return None
 
 
