@@ -37,6 +37,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")" && pwd)
 DRY_RUN=0
+if (( $# > 1 )); then echo "gpu_check.sh: one argument at most (--dry-run or --help), got $#" >&2; exit 2; fi
 case "${1:-}" in
   --dry-run) DRY_RUN=1 ;;
   "") ;;

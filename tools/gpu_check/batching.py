@@ -62,8 +62,8 @@ class Model:
     with a fingerprint of the token ids that row held (computed on the device from the batch),
     so an answer routed to the wrong request is caught exactly."""
 
-    def __init__(self, docs: minilm.Documents, device) -> None:
-        network = minilm.build_classifier(FULL.model if device.type == "cuda" else DRY.model)
+    def __init__(self, docs: minilm.Documents, size: minilm.ModelSize, device) -> None:
+        network = minilm.build_classifier(size)
         self.model = minilm.variant(network, torch.float16, "sdpa").to(device)
         self.docs = docs
         self.device = device
@@ -145,7 +145,7 @@ def measure(args: StepArgs, record: StepRecord) -> str:
     record.set(device=str(device), sizes=asdict(sizes), sequence=SEQUENCE)
     vocab = sizes.model.vocab_size
     docs = minilm.make_documents(sizes.documents, vocab, SEQUENCE, SEQUENCE, seed=3)
-    model = Model(docs, device)
+    model = Model(docs, sizes.model, device)
     # What batching can buy at most: the model's own time at batch 1 and 8 (no batcher).
     compute = {}
     for batch in (1, 8):
