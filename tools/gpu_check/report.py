@@ -57,7 +57,7 @@ def final_status(shell: str | None, record: dict[str, Any] | None) -> str:
 
 def lab02_record(work: Path) -> dict[str, Any]:
     parts = [
-        {"name": name, "status": status, "seconds": float(seconds)}
+        {"name": name, "status": status, "seconds": int(seconds)}
         for name, status, seconds in read_tsv(work / "lab02" / "summary.tsv")
     ]
     bench = read_json(work / "lab02" / "bench.json") or {}
@@ -109,6 +109,9 @@ def table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return lines + [""]
 
 
+GATE_WORDS = {True: "passed", False: "FAILED", None: "reference"}
+
+
 def lab02_markdown(record: dict[str, Any]) -> list[str]:
     lines = table(
         ["part", "status", "s"], [[p["name"], p["status"], p["seconds"]] for p in record["parts"]]
@@ -141,7 +144,7 @@ def classifier_markdown(record: dict[str, Any]) -> list[str]:
         ["variant", "batch", "p50 ms", "p90 ms", "p99 ms", "ms/row", "× FP32 eager", "gates",
          "max logit diff", "backend"],
         [[r["name"], r["batch"], r["p50_ms"], r["p90_ms"], r["p99_ms"], r["ms_per_row"],
-          r["speedup_vs_fp32_eager"], r.get("gates_passed", "reference"),
+          r["speedup_vs_fp32_eager"], GATE_WORDS[r.get("gates_passed")],
           r.get("max_abs_logit_diff", "—"), r["backend"]] for r in done],
     )  # fmt: skip
     skipped = [r for r in record.get("rows", []) if r.get("status") == "skipped"]
