@@ -70,12 +70,16 @@ finish() {
   local check=()
   (( DRY_RUN )) && check=(--dry-run)
   tar -czf "$OUT/raw.tar.gz" -C "$WORK" --exclude=site . 2>/dev/null
-  if ! timeout 30 "$PY" -m gpu_check.report --work "$WORK" --out "$OUT" \
-      --budget-s "$BUDGET_S" --seconds $(( $(date +%s) - START )) "${check[@]}"; then
+  timeout 30 "$PY" -m gpu_check.report --work "$WORK" --out "$OUT" \
+    --budget-s "$BUDGET_S" --seconds $(( $(date +%s) - START )) "${check[@]}"
+  local report_rc=$?
+  if (( report_rc == 4 )); then  # written; a step is not ok
+    rc=1
+  elif (( report_rc != 0 )); then
     rc=1
     echo "gpu_check: the report failed; steps as the shell saw them:"
     sed 's/^/  /' "$STEPS"
-    echo "gpu_check summary: $(cut -f1,2 "$STEPS" | tr '\t\n' ' ;') report FAILED"
+    echo "gpu_check summary: $(awk -F'\t' '{printf "%s%s %s", (NR > 1 ? "; " : ""), $1, $2}' "$STEPS"); report FAILED"
   fi
   rm -rf "$WORK"
   exit "$rc"
@@ -139,7 +143,7 @@ if (( ! DRY_RUN )); then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 fi
 "$PY" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
-echo "cores: $(nproc)"
+echo "cores: $(getconf _NPROCESSORS_ONLN)"
 
 step lab02 300 bash -c 'lab02 "$@"' lab02
 step classifier 160 bash -c 'python_step classifier "$@"' classifier

@@ -182,11 +182,11 @@ def test_report_of_a_run_cut_short_keeps_the_rows_and_names_each_step(tmp_path):
     proc = run_module(
         "report", "--work", str(work), "--out", str(out), "--budget-s", "600", "--seconds", "290"
     )
-    assert proc.returncode == 1
+    assert proc.returncode == 4  # written, and a step is not ok
     report = json.loads((out / "gpu_check.json").read_text())
     statuses = [(e["step"], e["status"]) for e in report["steps"]]
     assert statuses == [
-        ("lab02", "failed rc=1: tests"),
+        ("lab02", "failed rc=1: tests (failed rc=1)"),
         ("classifier", "timed out (rows so far kept)"),
         ("batching", "not reached"),
         ("generation", "not reached"),

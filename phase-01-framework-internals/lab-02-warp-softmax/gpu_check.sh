@@ -42,7 +42,7 @@ LOG="$OUT/gpu_check.log"
 TSV="$OUT/summary.tsv"
 : > "$TSV"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}  # H100/H200; add more for other GPUs
-export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+export MAX_JOBS=${MAX_JOBS:-$(getconf _NPROCESSORS_ONLN)}
 export PYTHONUNBUFFERED=1
 DEADLINE=$(( $(date +%s) + BUDGET_S ))
 declare -a SUMMARY=()
