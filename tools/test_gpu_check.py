@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -119,6 +120,23 @@ def test_outputs_and_the_summary_line(dry_run):
     markdown = (out / "gpu_check.md").read_text()
     assert "not yet run on a GPU" in markdown
     assert markdown.count("\n## ") == len(STEPS)
+
+
+def test_budget_accounting_keeps_the_run_under_ten_minutes():
+    # The script's own arithmetic, read from the script: each step's budget as called, as
+    # stated in the header, their sum with the report's reserve and ~10 s of start-up lines.
+    script = (ROOT / "gpu_check.sh").read_text()
+    total = int(re.search(r"BUDGET_S=\$\{BUDGET_S:-(\d+)\}", script).group(1))
+    reserve = int(re.search(r"^REPORT_S=(\d+)$", script, re.M).group(1))
+    steps = {name: int(s) for name, s in re.findall(r"^step (\w+) (\d+) ", script, re.M)}
+    assert list(steps) == STEPS
+    assert total == 600
+    assert sum(steps.values()) + reserve + 10 <= total
+    for name, seconds in steps.items():
+        assert re.search(rf"^#   {name} +{seconds} s ", script, re.M), name
+    lab02 = (ROOT / "phase-01-framework-internals/lab-02-warp-softmax/gpu_check.sh").read_text()
+    lab02_default = int(re.search(r"BUDGET_S=\$\{BUDGET_S:-(\d+)\}", lab02).group(1))
+    assert lab02_default == steps["lab02"] - 10  # what the root script passes it
 
 
 def test_bad_argument_is_one_line_and_exit_code_2(tmp_path):

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import asdict, dataclass
+import traceback
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
@@ -85,6 +86,22 @@ FULL = Sizes(
 DRY = Sizes(minilm.TINY, 800, 32, 40, 16, float("inf"), 2e-3, 16, 2, 1, {1: 3, 8: 2}, 1)
 
 
+@dataclass
+class Context:
+    """What every variant's measurement shares: the fine-tuned model, the gate documents and
+    the FP32 reference's outputs on them and its p50 per batch size."""
+
+    record: StepRecord
+    sizes: Sizes
+    device: torch.device
+    dry_run: bool
+    trained: torch.nn.Module
+    gate_docs: minilm.Documents
+    gate_set: GateSet
+    reference: Evaluation | None = None
+    reference_p50: dict[int, float] = field(default_factory=dict)
+
+
 def gate_precision(dtype: str) -> str:
     """apply_gates' precision: FP32 and FP16 have their own gates; BF16 takes the reduced
     ones (apply_gates' INT8 set: cosine, argmax agreement, accuracy drop, alone vs batch)."""
@@ -127,6 +144,55 @@ def timing_inputs(sizes: Sizes, batch: int, device) -> tuple[torch.Tensor, torch
     return docs.input_ids.to(device), docs.attention_mask.to(device)
 
 
+def measure_variant(variant: Variant, context: Context) -> None:
+    """Gate ``variant`` against the FP32 reference, then time it at each batch size."""
+    record, sizes, device = context.record, context.sizes, context.device
+    reference, reference_p50 = context.reference, context.reference_p50
+    started = time.perf_counter()
+    model, backend = prepare(variant, context.trained, device, context.dry_run)
+    gates = {}
+    if variant != REFERENCE:
+        candidate = evaluate(model, context.gate_docs, sizes.alone, device)  # compiles both
+        report = apply_gates(
+            variant.name,
+            gate_precision(variant.dtype),
+            candidate,
+            reference,
+            context.gate_set,
+            GATES,
+        )
+        for result in report.results:
+            record.add_check(
+                f"{variant.name}: {result.name}", result.value, result.limit, result.comparison
+            )
+        logit_diff = float(np.max(np.abs(candidate.batched[0] - reference.batched[0])))
+        gates = {"gates_passed": report.passed, "max_abs_logit_diff": logit_diff}
+    prepared_s = time.perf_counter() - started
+    for batch in BATCHES:
+        ids, mask = timing_inputs(sizes, batch, device)
+        with torch.inference_mode():
+            latency = time_calls(
+                lambda ids=ids, mask=mask: model(ids, mask),
+                device,
+                sizes.warmup,
+                sizes.iterations[batch],
+            )
+        if variant == REFERENCE:
+            reference_p50[batch] = latency["p50_ms"]
+        row = asdict(variant) | {"status": "ok", "backend": backend, "batch": batch}
+        row |= latency | gates
+        row["ms_per_row"] = latency["p50_ms"] / batch
+        row["speedup_vs_fp32_eager"] = reference_p50[batch] / latency["p50_ms"]
+        row["gates_and_compile_s"] = round(prepared_s, 2)
+        record.add_row(row)
+        print(
+            f"{variant.name:32s} batch {batch}: p50 {latency['p50_ms']:.3f} ms "
+            f"p99 {latency['p99_ms']:.3f} ms ({row['speedup_vs_fp32_eager']:.2f}x fp32) "
+            f"{gates}",
+            flush=True,
+        )
+
+
 def measure(args: StepArgs, record: StepRecord) -> str:
     device = pick_device(args.dry_run)
     sizes = DRY if args.dry_run else FULL
@@ -141,8 +207,9 @@ def measure(args: StepArgs, record: StepRecord) -> str:
     losses = minilm.fine_tune(
         trained, train, sizes.train_steps, sizes.train_batch, device, sizes.train_seconds, sizes.lr
     )
+    context = Context(record, sizes, device, args.dry_run, trained, gate_docs, gate_set)
     reference_model, _ = prepare(REFERENCE, trained, device, args.dry_run)
-    reference = evaluate(reference_model, gate_docs, sizes.alone, device)
+    context.reference = reference = evaluate(reference_model, gate_docs, sizes.alone, device)
     record.set(
         fine_tune={
             "steps": len(losses),
@@ -152,10 +219,9 @@ def measure(args: StepArgs, record: StepRecord) -> str:
             "heldout_accuracy": reference.accuracy(gate_set.labels),
         }
     )
-    print(f"fine-tuned {len(losses)} steps: held-out accuracy {record.data['fine_tune']}")
+    print(f"fine-tuned: {record.data['fine_tune']}")
 
-    reference_p50: dict[int, float] = {}
-    compiled_seen = 0
+    compiled_seen, failed = 0, []
     for variant in VARIANTS:
         if variant.compile_mode is not None:
             compiled_seen += 1
@@ -167,45 +233,18 @@ def measure(args: StepArgs, record: StepRecord) -> str:
             reason = f"step budget: {left:.0f} s left, needs ~{variant.estimate_s:g}"
             record.add_row(asdict(variant) | {"status": "skipped", "reason": reason})
             continue
-        started = time.perf_counter()
-        model, backend = prepare(variant, trained, device, args.dry_run)
-        gates = {}
-        if variant != REFERENCE:
-            candidate = evaluate(model, gate_docs, sizes.alone, device)  # compiles both shapes
-            report = apply_gates(
-                variant.name, gate_precision(variant.dtype), candidate, reference, gate_set, GATES
-            )
-            for result in report.results:
-                record.add_check(
-                    f"{variant.name}: {result.name}", result.value, result.limit, result.comparison
-                )
-            logit_diff = float(np.max(np.abs(candidate.batched[0] - reference.batched[0])))
-            gates = {"gates_passed": report.passed, "max_abs_logit_diff": logit_diff}
-        prepared_s = time.perf_counter() - started
-        for batch in BATCHES:
-            ids, mask = timing_inputs(sizes, batch, device)
-            with torch.inference_mode():
-                latency = time_calls(
-                    lambda model=model, ids=ids, mask=mask: model(ids, mask),
-                    device,
-                    sizes.warmup,
-                    sizes.iterations[batch],
-                )
+        try:
+            measure_variant(variant, context)
+        except Exception as exc:
             if variant == REFERENCE:
-                reference_p50[batch] = latency["p50_ms"]
-            row = asdict(variant) | {"status": "ok", "backend": backend, "batch": batch}
-            row |= latency | gates
-            row["ms_per_row"] = latency["p50_ms"] / batch
-            row["speedup_vs_fp32_eager"] = reference_p50[batch] / latency["p50_ms"]
-            row["gates_and_compile_s"] = round(prepared_s, 2)
-            record.add_row(row)
-            print(
-                f"{variant.name:32s} batch {batch}: p50 {latency['p50_ms']:.3f} ms "
-                f"p99 {latency['p99_ms']:.3f} ms ({row['speedup_vs_fp32_eager']:.2f}x fp32) "
-                f"{gates}",
-                flush=True,
-            )
-    return "ok"
+                raise
+            # One variant that fails (a compile mode this torch refuses, say) does not cost
+            # the rows of the others; the step ends failed and names it.
+            traceback.print_exc()
+            error = f"{type(exc).__name__}: {exc}"[:500]
+            record.add_row(asdict(variant) | {"status": "failed", "reason": error})
+            failed.append(variant.name)
+    return f"failed: {', '.join(failed)} raised" if failed else "ok"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -179,7 +179,8 @@ def time_calls(
 
 
 def run_step(step: str, args: StepArgs, body: Callable[[StepRecord], str]) -> int:
-    """Run ``body(record)``, which returns the final status ("ok", "failed" or "skipped: ...").
+    """Run ``body(record)``, which returns the final status ("ok", "failed: why" or
+    "skipped: why").
     Exit code 0 for ok and skipped, 1 for failed; an exception is recorded in one line (and
     its traceback on stderr) rather than lost."""
     record = StepRecord(args.out, step, args)
@@ -196,6 +197,9 @@ def run_step(step: str, args: StepArgs, body: Callable[[StepRecord], str]) -> in
     if status.startswith("skipped"):
         record.finish("skipped", status.removeprefix("skipped").lstrip(": "))
         return 0
+    if status.startswith("failed"):
+        record.finish("failed", status.removeprefix("failed").lstrip(": "))
+        return 1
     if status == "ok" and not record.checks_passed:
         failed = [c["name"] for c in record.data["checks"] if not c["passed"]]
         record.finish("failed", "checks failed: " + ", ".join(failed))
