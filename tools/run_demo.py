@@ -24,7 +24,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display on the project's machines
 
-from phase01_common.cli import OneLineArgumentParser, OutputFolderError, prepare_out_dir  # noqa: E402
+from phase01_common.cli import OneLineArgumentParser, OutputPathError, prepare_out_dir  # noqa: E402
 from phase01_common.render import render_html, render_markdown  # noqa: E402
 from phase01_common.report import Check, Section, count_checks, nan_table_checks  # noqa: E402
 from rich.console import Console  # noqa: E402
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     try:
         report_dir = prepare_out_dir(args.out).resolve()
-    except OutputFolderError as exc:
+    except OutputPathError as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     console = Console()
     chosen = [s for s in SECTIONS if not only or s[0] in only]

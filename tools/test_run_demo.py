@@ -169,7 +169,7 @@ def test_the_script_itself_answers_a_bad_out_in_one_line(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.count("\n") == 1 and "is a file" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "exists and is not a folder" in proc.stderr
 
 
 def test_each_section_says_how_to_reproduce_it(fake_demo, tmp_path):

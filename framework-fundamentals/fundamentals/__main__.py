@@ -15,22 +15,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from phase01_common.cli import OneLineArgumentParser
+from phase01_common.cli import OneLineArgumentParser, positive_int
 
 COMMAND_HELP = {
     line.split()[0]: line.split(maxsplit=1)[1]
     for line in __doc__.split("Commands:\n")[1].strip().splitlines()
 }
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _finite_float(text: str) -> float:
@@ -141,14 +131,14 @@ def build_parser() -> OneLineArgumentParser:
     sub["swish"].add_argument("--seed", type=int, default=0)
     sub["tf"].add_argument("--x0", type=_finite_float, default=0.0, help="start (default 0)")
     sub["tf"].add_argument("--lr", type=_finite_float, default=0.1, help="default 0.1")
-    sub["tf"].add_argument("--steps", type=_positive_int, default=100, help="default 100")
+    sub["tf"].add_argument("--steps", type=positive_int, default=100, help="default 100")
     for option, default in (
         ("--train-per-label", 30),
         ("--dev-per-label", 30),
         ("--max-length", 48),
     ):
         sub["finetune"].add_argument(
-            option, type=_positive_int, default=default, help=f"default {default}"
+            option, type=positive_int, default=default, help=f"default {default}"
         )
     sub["finetune"].add_argument("--seed", type=int, default=0)
     sub["demo"].add_argument("--quick", action="store_true", help="smaller fine-tuning run")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from phase01_common.cli import OutputFolderError, prepare_out_dir
+from phase01_common.cli import OutputPathError, prepare_out_dir
 from phase01_common.report import section_text
 
 # fundamentals_harness/ → framework-fundamentals/ → the repository root.
@@ -20,7 +20,7 @@ def run_demo(out: Path | None, quick: bool) -> int:
     """Run the section and print it; 0 if every check passed, 1 if not, 2 for a bad ``out``."""
     try:
         out_dir = prepare_out_dir(DEFAULT_OUT if out is None else out)
-    except OutputFolderError as exc:
+    except OutputPathError as exc:
         print(f"python -m fundamentals demo: error: {exc}", file=sys.stderr)
         return 2
     from fundamentals_harness.report_section import build_section

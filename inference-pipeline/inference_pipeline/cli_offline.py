@@ -11,6 +11,8 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from phase01_common.cli import OutputPathError, prepare_out_dir
+
 EXIT_GATE_FAILED = 1
 EXIT_BAD_INPUT = 2
 
@@ -28,16 +30,14 @@ def run_build(args: argparse.Namespace) -> int:
     from inference_pipeline.pipeline import QUICK_BUILD, BuildSettings, build
 
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        return _bad_input(f"--out {out} exists and is not a folder")
     if args.threads < 1:
         return _bad_input(f"--threads must be at least 1, got {args.threads}")
     settings = QUICK_BUILD if args.quick else BuildSettings()
     settings = dataclasses.replace(settings, threads=args.threads)
     try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return _bad_input(f"cannot create --out {out}: {exc.strerror}")
+        prepare_out_dir(out)
+    except OutputPathError as exc:
+        return _bad_input(str(exc))
     result = build(out, settings, _progress)
     promoted = [v.name for v in result.variants if v.promoted]
     print(f"\nmodel repository: {result.repository}")

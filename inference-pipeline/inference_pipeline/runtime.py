@@ -60,14 +60,10 @@ def measure_latency(
     runner: Runner, inputs: dict[str, np.ndarray], iterations: int, warmup: int = 3
 ) -> dict[str, float]:
     """Wall-clock latency of ``runner(inputs)`` in ms: p50, p90, p99 over ``iterations``."""
-    import time
+    from phase01_common.stats import percentiles
+    from phase01_common.timing import time_interleaved
 
-    for _ in range(warmup):
-        runner(inputs)
-    samples = []
-    for _ in range(max(1, iterations)):
-        start = time.perf_counter()
-        runner(inputs)
-        samples.append((time.perf_counter() - start) * 1e3)
-    p50, p90, p99 = np.percentile(samples, [50, 90, 99])
-    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "runs": len(samples)}
+    timings = time_interleaved(
+        {"run": lambda: runner(inputs)}, rounds=max(1, iterations), warmup=warmup
+    )
+    return {**percentiles(timings.samples["run"], scale=1e3), "runs": timings.rounds}

@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from phase01_common.stats import percentiles
+from phase01_common.timing import time_interleaved
 
 SEQUENCE = 128
 THROUGHPUT_BATCH = 8
@@ -96,18 +97,18 @@ def fixed_length_inputs(batch: int, sequence: int = SEQUENCE) -> dict[str, np.nd
 def _interleaved(runners: dict, batch: dict, rounds: int, progress) -> dict[str, np.ndarray]:
     """Milliseconds per call, timed in rounds that call every runner once in turn: load from
     other processes then hits every variant alike instead of whichever ran during a spike."""
-    for run in runners.values():  # warm-up (first-call allocations, ORT arena growth)
-        for _ in range(3):
-            run(batch)
-    samples: dict[str, list[float]] = {name: [] for name in runners}
-    for index in range(rounds):
-        for name, run in runners.items():
-            start = time.perf_counter()
-            run(batch)
-            samples[name].append((time.perf_counter() - start) * 1e3)
-        if (index + 1) % 10 == 0 or index + 1 == rounds:
-            progress(f"  round {index + 1}/{rounds}")
-    return {name: np.asarray(values) for name, values in samples.items()}
+
+    def report(done: int, total: int) -> None:
+        if done % 10 == 0 or done == total:
+            progress(f"  round {done}/{total}")
+
+    timings = time_interleaved(  # 3 warm-up calls: first-call allocations, ORT arena growth
+        {name: (lambda run=run: run(batch)) for name, run in runners.items()},
+        rounds=rounds,
+        warmup=3,
+        progress=report,
+    )
+    return {name: np.asarray(values) * 1e3 for name, values in timings.samples.items()}
 
 
 def run_bench(repo: Path, threads: int, iterations: int, progress=print) -> BenchResult:
@@ -149,7 +150,7 @@ def run_bench(repo: Path, threads: int, iterations: int, progress=print) -> Benc
     batched = _interleaved(runners, inputs["eight"], rounds, progress)
     kinds = {e["name"]: (e["precision"], e["route"]) for e in entries}
     for name in runners:
-        p50, p90, p99 = np.percentile(latency[name], [50, 90, 99])
+        p50, p90, p99 = percentiles(latency[name]).values()
         kind, route = kinds.get(name, ("torch", "-"))
         throughput = THROUGHPUT_BATCH * 1e3 / float(np.median(batched[name]))
         result.timings.append(Timing(name, kind, route, p50, p90, p99, throughput))

@@ -26,6 +26,7 @@ from inference_pipeline.generation.engine import (
 )
 from inference_pipeline.generation.requests import GenerationRequest
 from inference_pipeline.generation.runtime import StepFunction
+from phase01_common.stats import percentiles
 
 # Output lengths are long-tailed, as in chat/completion traffic: most answers are short, a few
 # run long. Static batching pays for every batch's longest; continuous batching does not.
@@ -72,9 +73,8 @@ def workload(
 def _summarize(
     engine, concurrency: int, seconds: float, ttfts: list[float], gaps: list[float], tokens: int
 ) -> RunResult:
-    ttft = np.array(ttfts) * 1e3
-    itl = np.array(gaps) * 1e3
-    p = np.percentile
+    ttft = percentiles(ttfts, (50, 90, 99), scale=1e3)
+    itl = percentiles(gaps, (50, 90, 99), scale=1e3)
     # KV slots held at the peak against one max_positions-long contiguous cache per batch slot
     if isinstance(engine, ContinuousBatchingEngine):
         held = engine.cache.peak_used_blocks * engine.cache.block_size
@@ -85,8 +85,8 @@ def _summarize(
         type(engine).__name__.replace("BatchingEngine", "").lower(),
         concurrency, len(ttfts), tokens, round(seconds, 2),
         tokens / seconds, len(ttfts) / seconds,
-        *(float(p(ttft, q)) for q in (50, 90, 99)),
-        *(float(p(itl, q)) for q in (50, 90, 99)),
+        *ttft.values(),
+        *itl.values(),
         share,
     )  # fmt: skip
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from phase01_common.stats import percentiles
 
 from inference_pipeline.loadtest.generator import REJECT_STATUSES, Sample
 from inference_pipeline.loadtest.report import fixed_width
@@ -55,10 +56,7 @@ def token_timings(samples: Sequence[Sample]) -> tuple[list[float], list[float]]:
 
 
 def _percentiles(seconds: list[float]) -> dict[str, float]:
-    if not seconds:
-        return {}
-    ms = np.asarray(seconds) * 1e3
-    return {f"p{p}": float(np.percentile(ms, p)) for p in GENERATION_PERCENTILES}
+    return percentiles(seconds, GENERATION_PERCENTILES, scale=1e3)
 
 
 def summarize_generation(

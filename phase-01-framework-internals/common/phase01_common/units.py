@@ -1,4 +1,4 @@
-"""Numbers for people: sizes in sensible units."""
+"""Numbers for people: sizes in sensible units, counts with SI prefixes."""
 
 from __future__ import annotations
 
@@ -31,3 +31,14 @@ def format_bytes(size: float, *, binary: bool = False) -> str:
         unit += 1
     name = _UNITS[unit].replace("B", "iB") if binary else _UNITS[unit]
     return f"{value:.3g} {name}" if value < 1000 else f"{value:.0f} {name}"
+
+
+def format_count(n: float) -> str:
+    """A count with an SI prefix and three significant digits, the unit's name to follow:
+    ``1234567`` -> ``"1.23 M"`` (so ``f"{format_count(flops)}FLOP"`` reads "1.23 MFLOP"); a
+    count under 1000 is whole, with a trailing space: ``12`` -> ``"12 "``."""
+    for prefix in ("", "K", "M", "G", "T"):
+        if abs(n) < 1000:
+            return f"{n:.3g} {prefix}" if prefix else f"{n:.0f} "
+        n /= 1000
+    return f"{n:.3g} P"

@@ -80,38 +80,25 @@ def _np_dtype(dtype: torch.dtype | None, default: Any = np.float32) -> Any:
     return _NP_DTYPES[dtype]
 
 
-def _wrap(array: Any) -> minigrad.Tensor:
-    return minigrad.tensor(np.asarray(array))
-
-
 # ----------------------------------------------------------------------------- the op table
-# Differentiable-op mappings use minigrad's own ops. The few structural ops minigrad has no
-# primitive for (comparisons, where, gather/scatter of class ids, constants) are built from
-# the Tensor's NumPy data: they carry no gradient, and the backward graph needs none (it is
-# already explicit ATen code).
-def _compare(fn: Callable[[np.ndarray, Any], np.ndarray]) -> Callable[..., minigrad.Tensor]:
+# Every mapping uses minigrad's own ops and primitives: comparisons are its ``Compare`` primitive
+# (a boolean mask, no gradient), ``aten.where`` its ``Where``, ``aten.gather`` its ``Gather``,
+# constants its creation functions. The one op minigrad has no primitive for, scatter of a value
+# (the one-hot targets of a decomposed cross-entropy), is built from the Tensor's NumPy data: it
+# carries no gradient, and the backward graph needs none (it is already explicit ATen code).
+def _compare(op: str) -> Callable[..., minigrad.Tensor]:
     def run(a: minigrad.Tensor, b: Any) -> minigrad.Tensor:
-        other = b.numpy() if isinstance(b, minigrad.Tensor) else b
-        return _wrap(fn(a.numpy(), other))
+        return minigrad.ops.Compare.apply(a, b, op)
 
     return run
 
 
-def _where(cond: minigrad.Tensor, a: Any, b: Any) -> minigrad.Tensor:
-    values = [v.numpy() if isinstance(v, minigrad.Tensor) else v for v in (a, b)]
-    return _wrap(np.where(cond.numpy(), *values))
-
-
 def _scalar_tensor(value: float, dtype: torch.dtype | None = None, **_: Any) -> minigrad.Tensor:
-    return _wrap(np.array(value, dtype=_np_dtype(dtype)))
+    return minigrad.tensor(np.array(value, dtype=_np_dtype(dtype)))
 
 
 def _full_like(x: minigrad.Tensor, value: float, dtype: torch.dtype | None = None, **_: Any):
-    return _wrap(np.full(x.shape, value, dtype=_np_dtype(dtype, x.dtype)))
-
-
-def _gather(x: minigrad.Tensor, dim: int, index: minigrad.Tensor) -> minigrad.Tensor:
-    return _wrap(np.take_along_axis(x.numpy(), index.numpy(), axis=dim))
+    return minigrad.full_like(x, value, dtype=_np_dtype(dtype, x.dtype))
 
 
 def _scatter_value(
@@ -119,7 +106,7 @@ def _scatter_value(
 ) -> minigrad.Tensor:
     out = np.array(x.numpy(), copy=True)  # functional: scatter returns a new tensor
     np.put_along_axis(out, index.numpy(), value, axis=dim)
-    return _wrap(out)
+    return minigrad.tensor(out)
 
 
 def _squeeze_dim(x: minigrad.Tensor, dim: int) -> minigrad.Tensor:
@@ -179,14 +166,14 @@ ATEN_TO_MINIGRAD: dict[Any, Callable[..., Any]] = {
     aten.detach.default: lambda a: a.detach(),
     aten.clone.default: lambda a, memory_format=None: a.clone(),
     aten._to_copy.default: lambda a, dtype=None, **_: a.to(_np_dtype(dtype, a.dtype), copy=True),
-    aten.le.Scalar: _compare(np.less_equal),
-    aten.lt.Scalar: _compare(np.less),
-    aten.gt.Scalar: _compare(np.greater),
-    aten.ge.Scalar: _compare(np.greater_equal),
-    aten.eq.Scalar: _compare(np.equal),
-    aten.ne.Scalar: _compare(np.not_equal),
-    aten.where.self: _where,
-    aten.gather.default: _gather,
+    aten.le.Scalar: _compare("le"),
+    aten.lt.Scalar: _compare("lt"),
+    aten.gt.Scalar: _compare("gt"),
+    aten.ge.Scalar: _compare("ge"),
+    aten.eq.Scalar: _compare("eq"),
+    aten.ne.Scalar: _compare("ne"),
+    aten.where.self: minigrad.where,
+    aten.gather.default: minigrad.gather,
     aten.scatter.value: _scatter_value,
     aten.scalar_tensor.default: _scalar_tensor,
     aten.full_like.default: _full_like,

@@ -12,8 +12,6 @@
 from __future__ import annotations
 
 import gc
-import statistics
-import time
 import tracemalloc
 import weakref
 from collections.abc import Callable
@@ -25,6 +23,7 @@ import minigrad.nn.functional as MF
 import numpy as np
 import torch
 from minigrad.utils import checkpoint
+from phase01_common.timing import time_interleaved
 
 MiB = 1 << 20
 
@@ -132,14 +131,16 @@ def compare_checkpointing(
     y = rng.integers(0, 10, batch)
     a = measure_minigrad_step(plain, x, y, 0)
     b = measure_minigrad_step(twin, x, y, segment)
-    times: dict[int, list[float]] = {0: [], segment: []}
-    for _ in range(repeats):
-        for model, seg in ((plain, 0), (twin, segment)):
-            begin = time.perf_counter()
-            _one_step(model, x, y, seg)
-            times[seg].append(time.perf_counter() - begin)
-    a.step_seconds = statistics.median(times[0])
-    b.step_seconds = statistics.median(times[segment])
+    timings = time_interleaved(
+        {
+            "plain": lambda: _one_step(plain, x, y, 0),
+            "checkpointed": lambda: _one_step(twin, x, y, segment),
+        },
+        rounds=repeats,
+        warmup=0,  # measure_minigrad_step above ran one step of each
+    )
+    a.step_seconds = timings.median("plain")
+    b.step_seconds = timings.median("checkpointed")
     return CheckpointComparison(a, b, batch * width * 4)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from phase01_common.cli import OutputFolderError, prepare_out_dir
+from phase01_common.cli import OutputPathError, prepare_out_dir
 from phase01_common.report import section_text
 
 from concepts_harness.report_section import build_section
@@ -16,7 +16,7 @@ def run_demo(out_dir: Path, quick: bool) -> int:
     (2, with one line, when ``out_dir`` cannot be written: checked before any work)."""
     try:
         out_dir = prepare_out_dir(out_dir)
-    except OutputFolderError as error:
+    except OutputPathError as error:
         print(f"python -m concepts demo: error: {error}", file=sys.stderr)
         return 2
     section = build_section(out_dir, quick=quick)

@@ -32,7 +32,8 @@ def test_bad_input_exits_2(argv, capsys):
 
 @pytest.mark.parametrize("where", ["file", "unwritable"])
 def test_demo_out_that_cannot_be_written_is_one_line_before_any_work(where, tmp_path, capsys):
-    # Regression: `--out README.md` and `--out /proc/nope` ended in a mkdir traceback
+    # `--out README.md` (a file) and `--out /proc/nope` end in one line before any work, not in
+    # a mkdir traceback.
     target = tmp_path / "a_file"
     target.write_text("")
     out = target if where == "file" else target / "sub"

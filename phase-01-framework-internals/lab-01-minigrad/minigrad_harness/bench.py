@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,8 @@ import minigrad
 import minigrad.nn.functional as F
 import numpy as np
 from minigrad import nn, optim
+from phase01_common.cli import OutputPathError, check_out_file
+from phase01_common.timing import time_interleaved
 
 N_CLASSES = 10
 LR = 0.01
@@ -155,21 +156,13 @@ def interleaved_medians(
     warmup: int = 1,
     min_rounds: int = 2,
 ) -> dict[str, float]:
-    """Median ms per call of each function, run in alternating blocks until the budget.
-    The warm-up calls absorb allocations, BLAS thread start and torch's dispatch caches."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    start, rounds = time.perf_counter(), 0
-    while rounds < max_rounds and (rounds < min_rounds or time.perf_counter() - start < budget_s):
-        for name, fn in fns.items():
-            for _ in range(block):
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
-        rounds += 1
-    return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+    """Median ms per call of each function, run in alternating blocks until the budget
+    (phase01_common's interleaved loop). The warm-up calls absorb allocations, BLAS thread
+    start and torch's dispatch caches."""
+    timings = time_interleaved(
+        fns, rounds=max_rounds, warmup=warmup, block=block, budget_s=budget_s, min_rounds=min_rounds
+    )
+    return {name: seconds * 1e3 for name, seconds in timings.medians().items()}
 
 
 def bench_size(
@@ -202,19 +195,6 @@ def _print_table(rows: list[BenchRow], threads: int) -> None:
         )
 
 
-def _unwritable(path: Path) -> str | None:
-    """Why ``path`` cannot be written (None if it can): opened for appending, so an existing
-    file keeps its content, and removed again if the probe created it."""
-    existed = path.exists()
-    try:
-        path.open("a").close()
-    except OSError as e:
-        return e.strerror or str(e)
-    if not existed:
-        path.unlink()
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minigrad bench", description=__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -224,10 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads < 1:
         parser.error(f"--threads must be at least 1, got {args.threads}")
-    if args.out is not None and (args.out.is_dir() or not args.out.parent.is_dir()):
-        parser.error(f"--out {args.out}: not a file path in an existing folder")
-    if args.out is not None and (reason := _unwritable(args.out)):
-        parser.error(f"--out {args.out}: cannot write there ({reason})")  # before minutes of work
+    if args.out is not None:
+        try:
+            check_out_file(args.out, "--out")  # before minutes of work
+        except OutputPathError as exc:
+            parser.error(str(exc))
     import torch
     from threadpoolctl import threadpool_limits
 

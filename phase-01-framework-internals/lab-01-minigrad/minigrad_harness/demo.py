@@ -11,20 +11,10 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from phase01_common.cli import OutputPathError, prepare_out_dir
 from phase01_common.report import section_text
 
 from minigrad_harness.report_section import build_section
-
-
-def _usable_out_dir(out: Path) -> str | None:
-    """Why ``out`` cannot hold the demo's files, in one line; None when it can."""
-    if out.exists() and not out.is_dir():
-        return f"--out {out}: is a file, not a folder"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        return f"--out {out}: cannot create the folder ({e.strerror or e})"
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,9 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="folder to keep the plot in")
     args = parser.parse_args(argv)
     if args.out is not None:
-        problem = _usable_out_dir(args.out)
-        if problem:
-            parser.exit(2, f"error: {problem}\n")
+        try:
+            prepare_out_dir(args.out)
+        except OutputPathError as exc:
+            parser.exit(2, f"error: {exc}\n")
         section = build_section(args.out, quick=args.quick)
         print(section_text(section))
         print(f"plot written to {args.out}")

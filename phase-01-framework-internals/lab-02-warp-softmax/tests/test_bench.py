@@ -63,7 +63,7 @@ def test_bench_writes_to_a_temp_folder_unless_out_is_given(tmp_path):
 def test_bad_out_is_one_line_and_exit_code_2(tmp_path):
     a_file = tmp_path / "a_file"
     a_file.write_text("")
-    for out, why in ((a_file, "exists and is not a folder"), ("/proc/nope", "cannot create")):
+    for out, why in ((a_file, "exists and is not a folder"), ("/proc/nope", "cannot write there")):
         proc = subprocess.run(
             [sys.executable, "-m", "warp_softmax", "bench", "--out", str(out)],
             capture_output=True,

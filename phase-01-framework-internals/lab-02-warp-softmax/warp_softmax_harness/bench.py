@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 import warp_softmax
+from phase01_common.cli import OneLineArgumentParser, OutputPathError, positive_int, prepare_out_dir
 
 from .bench_casts import casts_summary, print_cast_result, run_casts
 from .timing import (
@@ -82,29 +83,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def output_folder(prog: str, out: Path | None) -> Path:
-    """--out as a folder that exists and is writable (a fresh temp folder when not given);
-    anything else: one line on stderr and exit code 2."""
+def output_folder(out: Path | None) -> Path:
+    """--out as a folder that exists and can be written (a fresh temp folder when not given);
+    anything else raises ``OutputPathError`` with one line, before any timing."""
     if out is None:
         return Path(tempfile.mkdtemp(prefix="warp-softmax-bench-"))
-    problem = None
-    if out.exists() and not out.is_dir():
-        problem = "exists and is not a folder"
-    else:
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            problem = f"cannot create the folder ({e.strerror})"
-    if problem is None and not os.access(out, os.W_OK):
-        problem = "the folder is not writable"
-    if problem is not None:
-        print(f"{prog}: --out {out}: {problem}", file=sys.stderr)
-        raise SystemExit(2)
-    return out
+    return prepare_out_dir(out)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="python -m warp_softmax bench", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--quick", action="store_true", help="a few shapes, fewer repetitions")
@@ -114,7 +102,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
     parser.add_argument(
         "--threads",
-        type=int,
+        type=positive_int,
         default=None,
         help="CPU threads (default: torch's, i.e. every core); 1 isolates the kernels from "
         "thread scheduling on a busy machine",
@@ -138,11 +126,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "warp_softmax.benchmark.steady_allocator; as is, some points time page faults)",
     )
     args = parser.parse_args(argv)
-    if args.threads is not None and args.threads < 1:
-        parser.error(f"--threads must be >= 1, got {args.threads}")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: this torch sees no CUDA device (torch.cuda.is_available())")
-    args.out = output_folder(parser.prog, args.out)
+    try:
+        args.out = output_folder(args.out)
+    except OutputPathError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
     given = sys.argv[1:] if argv is None else argv
     args.command_line = " ".join(["python -m warp_softmax bench", *given])
     return args

@@ -1,6 +1,6 @@
 """The converting paths against what torch takes for the same result: FP8 in, FP8 out and
 dtype= against the composite torch calls (an extra cast pass on either side of F.softmax), and
-log_softmax against F.log_softmax. Interleaved medians in one process, as timing.py does."""
+log_softmax against F.log_softmax. Interleaved medians in one process, timed by timing.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from warp_softmax import log_softmax, softmax
 
-from .timing import _time_interleaved
+from .timing import time_on_device
 
 E4M3 = torch.float8_e4m3fn
 
@@ -65,10 +65,9 @@ def run_casts(
         for n in row_lengths:
             rows = max(1, elements // n)
             x = (torch.randn(rows, n, device=device) * 3).to(in_dtype)
-            calls = [lambda f=ours, t=x: f(t), lambda f=theirs, t=x: f(t)]
-            (ours_s, torch_s), _ = _time_interleaved(
-                calls, device, reps=reps, warmup=max(2, reps // 5)
-            )
+            calls = {"ours": lambda f=ours, t=x: f(t), "torch": lambda f=theirs, t=x: f(t)}
+            timings, _ = time_on_device(calls, device, reps=reps, warmup=max(2, reps // 5))
+            ours_s, torch_s = timings.median("ours"), timings.median("torch")
             result = CastResult(
                 device, path, torch_call, rows, n, ours_s * 1e3, torch_s * 1e3, torch_s / ours_s
             )

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import resource
-import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from phase01_common.timing import Timings, time_interleaved
 from warp_softmax import softmax, softmax_backward
 
 # Bytes moved per element, counting each tensor read or written once.
@@ -43,40 +43,33 @@ class BenchResult:
         return asdict(self)
 
 
-def _synchronize(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def _time_interleaved(
-    fns: list[Callable[[], object]], device: str, reps: int, warmup: int
-) -> tuple[list[float], list[float]]:
-    """Median seconds per call of each fn, and its minor page faults per call; calls alternate
-    (and their order flips every repetition) so slow phases of a shared machine hit every fn
-    alike."""
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    _synchronize(device)
-    samples: list[list[float]] = [[] for _ in fns]
-    faults = [0] * len(fns)
-    for rep in range(reps):
-        order = range(len(fns)) if rep % 2 == 0 else reversed(range(len(fns)))
-        for i in order:
-            faults_before = _minor_faults()
-            samples[i].append(_time_call(fns[i], device))
-            faults[i] += _minor_faults() - faults_before
-    return [statistics.median(s) for s in samples], [f / reps for f in faults]
+def time_on_device(
+    fns: dict[str, Callable[[], object]], device: str, reps: int, warmup: int
+) -> tuple[Timings, dict[str, float]]:
+    """Each fn timed on ``device`` by the shared interleaved loop (:mod:`phase01_common.timing`:
+    rounds that alternate the fns and reverse their order every other round), each sample by
+    :func:`time_call`; and each fn's minor page faults per timed call."""
+    faults = dict.fromkeys(fns, 0)
+    name_of = {id(fn): name for name, fn in fns.items()}
+
+    def timer(fn: Callable[[], object]) -> float:
+        before = _minor_faults()
+        seconds = time_call(fn, device)
+        faults[name_of[id(fn)]] += _minor_faults() - before
+        return seconds
+
+    timings = time_interleaved(fns, rounds=reps, warmup=warmup, timer=timer)
+    return timings, {name: count / reps for name, count in faults.items()}
 
 
 CUDA_CALLS_PER_SAMPLE = 10
 
 
-def _time_call(fn: Callable[[], object], device: str) -> float:
+def time_call(fn: Callable[[], object], device: str) -> float:
     """Seconds per call. On CUDA: CUDA events around CUDA_CALLS_PER_SAMPLE queued calls, so
     a ~0.1 ms kernel is not measured together with a host synchronization per call."""
     if device != "cuda":
@@ -172,12 +165,17 @@ def bench_one(
         x = torch.randn(max(1, rows // INNER), row_length, INNER, device=device).to(dtype)
     dim = -1 if last_dim else 1
     grad = torch.randn_like(x)
-    (ours, theirs), (ours_faults, torch_faults) = _time_interleaved(
-        [_workload(softmax, x, grad, mode, dim), _workload(F.softmax, x, grad, mode, dim)],
+    timings, faults = time_on_device(
+        {
+            "ours": _workload(softmax, x, grad, mode, dim),
+            "torch": _workload(F.softmax, x, grad, mode, dim),
+        },
         device,
         reps=reps,
         warmup=max(2, reps // 5),
     )
+    ours, theirs = timings.median("ours"), timings.median("torch")
+    ours_faults, torch_faults = faults["ours"], faults["torch"]
     nbytes = BYTES_PER_ELEMENT_FACTOR[mode] * x.numel() * x.element_size()
     return BenchResult(
         device=device,
@@ -252,15 +250,16 @@ def bench_backward_op(
         # One timed call runs every pair once; the per-call time is that divided by `pairs`.
         return lambda: [fn(g, y) for g, y in inputs]
 
-    (ours, aten), _ = _time_interleaved(
-        [
-            over_pairs(lambda g, y: softmax_backward(g, y, -1)),
-            over_pairs(lambda g, y: torch._softmax_backward_data(g, y, -1, dtype)),
-        ],
+    timings, _ = time_on_device(
+        {
+            "ours": over_pairs(lambda g, y: softmax_backward(g, y, -1)),
+            "aten": over_pairs(lambda g, y: torch._softmax_backward_data(g, y, -1, dtype)),
+        },
         "cpu",
         reps=reps,
         warmup=3,
     )
+    ours, aten = timings.median("ours"), timings.median("aten")
     return BackwardOpResult(
         dtype=str(dtype).removeprefix("torch."),
         rows=rows,
@@ -277,7 +276,8 @@ def copy_bandwidth_gbps(device: str, elements: int = 1 << 27, reps: int = 20) ->
     memory-bound kernel such as softmax can approach."""
     src = torch.empty(elements, device=device, dtype=torch.float32)
     dst = torch.empty_like(src)
-    (seconds,), _ = _time_interleaved([lambda: dst.copy_(src)], device, reps=reps, warmup=3)
+    timings, _ = time_on_device({"copy": lambda: dst.copy_(src)}, device, reps=reps, warmup=3)
+    seconds = timings.median("copy")
     return 2 * src.numel() * src.element_size() / seconds / 1e9
 
 

@@ -12,19 +12,22 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
 
+from phase01_common.cli import prepare_out_dir  # noqa: E402
+
 from graph_inspector import cli  # noqa: E402
+from graph_inspector.cli_checks import import_tensorflow_quietly  # noqa: E402
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    cli._check_output_dir("--out", args.out)
-    cli.import_tensorflow_quietly()
+    prepare_out_dir(args.out, "--out", create=False)
+    import_tensorflow_quietly()
     from graph_inspector_harness.demo import run_demo
 
     return run_demo(args.out, quick=args.quick)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    cli.import_tensorflow_quietly()
+    import_tensorflow_quietly()
     from graph_inspector_harness.bench import run_bench
 
     return run_bench(repeats=args.repeats)

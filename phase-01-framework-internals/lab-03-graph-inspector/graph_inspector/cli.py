@@ -15,46 +15,46 @@ well under a second.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from phase01_common.cli import (
+    OneLineArgumentParser,
+    OutputPathError,
+    check_out_file,
+    positive_int,
+    prepare_out_dir,
+)
+
+from graph_inspector.cli_checks import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    CliError,
+    checked_savedmodel,
+    import_tensorflow_quietly,
+    tensorboard_command,
+)
 from graph_inspector.errors import NotASavedModelError, UnknownSignatureError
-from graph_inspector.quiet import _CapturedLog, native_stderr_captured
+from graph_inspector.quiet import CapturedLog, native_stderr_captured
 
-EXIT_USAGE = 2  # bad path / not a SavedModel / bad arguments
-EXIT_FAILED = 1  # the job ran and failed (unconvertible graph, failing checks)
-
-
-class CliError(Exception):
-    """An error to report in one line; ``exit_code`` says which kind."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "CliError",
+    "build_parser",
+    "import_tensorflow_quietly",
+    "main",
+]
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but its errors follow the CLI contract: one line, the same prefix, exit 2
-    (argparse's own error prints the usage block first). Subparsers inherit this class."""
+class _Parser(OneLineArgumentParser):
+    """The shared one-line parser, every error under the program's one name (subparsers
+    inherit the class, so ``inspect``'s errors read ``graph_inspector: error: ...`` too)."""
 
-    def error(self, message: str) -> NoReturn:
-        text = " ".join(message.split())
-        self.exit(EXIT_USAGE, f"graph_inspector: error: {text} (see --help)\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive size, got {value}")
-    return value
+    error_name = "graph_inspector"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-expand", action="store_true", help="keep function calls as one node")
     p.add_argument(
         "--unknown-dim",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="size of unknown (None) dimensions, such as a serving batch, for the cost "
         "estimate and --xla (default: not costed; XLA uses 1)",
@@ -101,9 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("savedmodel_dir")
     p.add_argument("--signature", default="serving_default", help="signature key")
-    p.add_argument("--steps", type=_positive_int, default=20, help="profiled calls")
+    p.add_argument("--steps", type=positive_int, default=20, help="profiled calls")
     p.add_argument(
-        "--unknown-dim", type=_positive_int, default=1, metavar="N", help="size of None dims"
+        "--unknown-dim", type=positive_int, default=1, metavar="N", help="size of None dims"
     )
     p.add_argument(
         "--logdir", metavar="DIR", default="graph_inspector_profile", help="trace folder"
@@ -115,11 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("savedmodel_dir")
     p.add_argument("--signature", default="serving_default", help="signature key")
     p.add_argument(
-        "--samples", type=_positive_int, default=100, help="calibration samples (random inputs)"
+        "--samples", type=positive_int, default=100, help="calibration samples (random inputs)"
     )
     p.add_argument(
         "--deny",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="K",
         help="keep the K worst layers and the layers reading them in float",
@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", default="graph_inspector_demo", help="output folder")
 
     p = sub.add_parser("bench", help="what a retrace costs on BERT-tiny (about 10-20 s)")
-    p.add_argument("--repeats", type=_positive_int, default=5, help="timed repetitions per median")
+    p.add_argument("--repeats", type=positive_int, default=5, help="timed repetitions per median")
     return parser
 
 
@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None, harness: dict[str, Handler] | None = Non
         return handler(args)
     except CliError as exc:
         return _fail(str(exc), exc.exit_code)
+    except OutputPathError as exc:  # an output path checked before the work: bad input
+        return _fail(str(exc), EXIT_USAGE)
     except UnknownSignatureError as exc:  # every command's --signature: bad input
         return _fail(str(exc), EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001 - the contract: one line, never a traceback
@@ -184,84 +186,18 @@ def _error_kind(exc: BaseException) -> str:
     return "" if name in ("ConversionError", "NotASavedModelError") else f"{name}: "
 
 
-def _check_output_file(option: str, path: str | None) -> None:
-    """Fail before the work, not after it, when a file cannot be written where asked."""
-    if path is None:
-        return
-    p = Path(path)
-    if p.is_dir():
-        raise CliError(f"{option} {p}: is a folder, expected a file name")
-    if not p.parent.is_dir():
-        raise CliError(f"{option} {p}: folder {p.parent} does not exist")
-
-
-def _check_output_dir(option: str, path: str | Path) -> None:
-    """A folder that exists or can be created, and where a file can be written: tried now,
-    before the work (folders created for the try are removed again)."""
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise CliError(f"{option} {p}: exists and is not a folder")
-    for parent in p.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise CliError(f"{option} {p}: {parent} is a file, not a folder")
-            break
-    created = [q for q in (p, *p.parents) if not q.exists()]
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=p):
-            pass
-    except OSError as exc:
-        raise CliError(f"{option} {p}: cannot write there ({exc.strerror or exc})") from None
-    finally:
-        for folder in created:  # deepest first
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-
-
-def _checked_savedmodel(path: str) -> Path:
-    """Check the folder (no TensorFlow needed), then import TensorFlow quietly."""
-    from graph_inspector.savedmodel import check_savedmodel_dir
-
-    try:
-        folder = check_savedmodel_dir(path)
-    except NotASavedModelError as exc:
-        raise CliError(str(exc)) from exc
-    import_tensorflow_quietly()
-    return folder
-
-
-def import_tensorflow_quietly() -> None:
-    """Import TensorFlow with file descriptor 2 muted.
-
-    TF's C++ side prints start-up lines (absl pre-init warning, oneDNN notice) straight to fd 2,
-    ignoring TF_CPP_MIN_LOG_LEVEL; muting fd 2 for the import keeps errors to one line. Python
-    exceptions are unaffected: if the import fails, main() still reports it in one line.
-    """
-    if "tensorflow" in sys.modules:
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        import tensorflow  # noqa: F401
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
 def cmd_inspect(args: argparse.Namespace) -> int:
-    _check_output_file("--json", args.json)
-    _check_output_file("--dot", args.dot)
+    if args.json:
+        check_out_file(args.json, "--json")
+    if args.dot:
+        check_out_file(args.dot, "--dot")
     if args.tensorboard:
-        _check_output_dir("--tensorboard", args.tensorboard)
+        prepare_out_dir(args.tensorboard, "--tensorboard", create=False)
     if args.mlir_dump:
         if not args.mlir:
             raise CliError("--mlir-dump needs --mlir")
-        _check_output_dir("--mlir-dump", args.mlir_dump)
-    folder = _checked_savedmodel(args.savedmodel_dir)
+        prepare_out_dir(args.mlir_dump, "--mlir-dump", create=False)
+    folder = checked_savedmodel(args.savedmodel_dir)
     if args.mlir_dump:
         Path(args.mlir_dump).mkdir(parents=True, exist_ok=True)
     from graph_inspector.inspect_graph import inspect_savedmodel
@@ -301,32 +237,28 @@ def _write_inspect_outputs(args: argparse.Namespace, reports: dict[str, Any]) ->
     import shutil
     import subprocess
 
+    from graph_inspector.render import to_dot, write_tensorboard
+
     if args.json:
         payload = {key: r.to_dict() for key, r in reports.items()}
         Path(args.json).write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
         print(f"wrote {args.json}")
     if args.tensorboard:
         for key, report in reports.items():
-            logdir = report.write_tensorboard(Path(args.tensorboard) / key)
+            logdir = write_tensorboard(report, Path(args.tensorboard) / key)
             print(f"wrote TensorBoard log {logdir}")
-        print(f"view it: {_tensorboard_command()} --logdir {args.tensorboard}")
+        print(f"view it: {tensorboard_command()} --logdir {args.tensorboard}")
     if args.dot:
         for key, report in reports.items():
             target = Path(args.dot)
             if len(reports) > 1:
                 target = target.with_name(f"{target.stem}_{key}{target.suffix or '.dot'}")
-            target.write_text(report.to_dot())
+            target.write_text(to_dot(report))
             print(f"wrote {target}")
             if shutil.which("dot"):
                 svg = target.with_suffix(".svg")
                 subprocess.run(["dot", "-Tsvg", "-o", str(svg), str(target)], check=True)
                 print(f"wrote {svg}")
-
-
-def _tensorboard_command() -> str:
-    """The tensorboard that is installed beside this Python (the venv's), else the bare name."""
-    beside = Path(sys.executable).with_name("tensorboard")
-    return str(beside) if beside.is_file() else "tensorboard"
 
 
 def _print_xla(report: Any, unknown_dim: int) -> None:
@@ -371,13 +303,14 @@ def _print_mlir(report: Any, key: str, dump_dir: str | None) -> None:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     if args.out:
-        _check_output_dir("--out", args.out)
-    folder = _checked_savedmodel(args.savedmodel_dir)
+        prepare_out_dir(args.out, "--out", create=False)
+    folder = checked_savedmodel(args.savedmodel_dir)
     out = Path(args.out) if args.out else folder.with_name(folder.name + "_tflite")
-    _check_output_dir("--out" if args.out else "default output folder", out)
+    prepare_out_dir(out, "--out" if args.out else "default output folder", create=False)
+    from phase01_common.units import format_bytes
+
     from graph_inspector.errors import ConversionError
     from graph_inspector.tflite import convert_savedmodel
-    from graph_inspector.units import human_bytes
 
     with native_stderr_captured() as native_log:
         try:
@@ -395,19 +328,20 @@ def cmd_convert(args: argparse.Namespace) -> int:
     for name, path in result.paths.items():
         v = result.validations[name]
         print(
-            f"{name:<14} {path}  {human_bytes(path.stat().st_size)}  finite={v.all_finite} "
+            f"{name:<14} {path}  {format_bytes(path.stat().st_size, binary=True)}  "
+            f"finite={v.all_finite} "
             f"max|TFLite-TF|={v.max_abs_diff:.2e} argmax agreement={v.argmax_agreement:.3f}"
         )
     return 0
 
 
-def _show_native_log(native_log: _CapturedLog) -> None:
+def _show_native_log(native_log: CapturedLog) -> None:
     if os.environ.get("GRAPH_INSPECTOR_DEBUG"):
         sys.stderr.write(native_log.read())
 
 
 def cmd_signatures(args: argparse.Namespace) -> int:
-    folder = _checked_savedmodel(args.savedmodel_dir)
+    folder = checked_savedmodel(args.savedmodel_dir)
     from graph_inspector.savedmodel import describe_savedmodel
 
     print(describe_savedmodel(folder).text())

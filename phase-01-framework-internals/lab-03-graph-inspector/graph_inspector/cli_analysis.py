@@ -5,18 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from graph_inspector.cli import (
-    CliError,
-    _check_output_dir,
-    _checked_savedmodel,
-    _tensorboard_command,
-)
+from phase01_common.cli import prepare_out_dir
+
+from graph_inspector.cli_checks import CliError, checked_savedmodel, tensorboard_command
 from graph_inspector.errors import NotASavedModelError
 from graph_inspector.quiet import native_stderr_captured
 
 
 def quant_debug(args: argparse.Namespace) -> int:
-    folder = _checked_savedmodel(args.savedmodel_dir)
+    folder = checked_savedmodel(args.savedmodel_dir)
     import numpy as np
 
     from graph_inspector.quant_debug import deny_list, layer_errors, selective_int8
@@ -69,8 +66,8 @@ def quant_debug(args: argparse.Namespace) -> int:
 
 
 def profile(args: argparse.Namespace) -> int:
-    _check_output_dir("--logdir", args.logdir)
-    folder = _checked_savedmodel(args.savedmodel_dir)
+    prepare_out_dir(args.logdir, "--logdir", create=False)
+    folder = checked_savedmodel(args.savedmodel_dir)
     from graph_inspector.compiler_stats import example_inputs
     from graph_inspector.profile import join_with_costs, profile_function, roofline_probe
     from graph_inspector.savedmodel import load_savedmodel, signature_of
@@ -99,7 +96,5 @@ def profile(args: argparse.Namespace) -> int:
             of_roof = (row.gflops * 1e9 / roofline) if row.intensity else 0.0
             perf = f"{row.gflops:>9.2f}{row.gbytes:>8.2f}{of_roof:>8.0%}"
         print(f"  {row.op_type[:23]:<24}{row.seconds_per_step * 1e6:>10.1f}{row.share:>7.0%}{perf}")
-    print(
-        f"trace for TensorBoard's profile plugin: {_tensorboard_command()} --logdir {args.logdir}"
-    )
+    print(f"trace for TensorBoard's profile plugin: {tensorboard_command()} --logdir {args.logdir}")
     return 0

@@ -53,18 +53,12 @@ def xla_stats(fn: Callable[..., Any], *args: Any) -> XlaStats:
     compile_seconds = first call (compile + run) minus the median of three later calls (run).
     """
     import tensorflow as tf
+    from phase01_common.timing import time_interleaved, wall_clock_seconds
 
     python_fn = getattr(fn, "python_function", fn)
     jitted = tf.function(python_fn, jit_compile=True)
-    start = time.perf_counter()
-    jitted(*args)
-    first = time.perf_counter() - start
-    runs = []
-    for _ in range(3):
-        start = time.perf_counter()
-        jitted(*args)
-        runs.append(time.perf_counter() - start)
-    run = sorted(runs)[1]
+    first = wall_clock_seconds(lambda: jitted(*args))
+    run = time_interleaved({"run": lambda: jitted(*args)}, rounds=3, warmup=0).median("run")
     hlo = jitted.experimental_get_compiler_ir(*args)(stage="hlo")
     return XlaStats(max(first - run, 0.0), run, hlo_op_counts(hlo))
 
@@ -173,9 +167,8 @@ def bridge_comparison(fn: Callable[..., Any], *args: Any, repeats: int = 3) -> l
     bridge (``tf.config.experimental.enable_mlir_bridge`` / ``disable_mlir_bridge``): compile
     time, the HLO each produces and the outputs. An explicit setting is restored afterwards;
     TF's "unspecified" cannot be set back through its API and is left as the old bridge."""
-    import statistics
-
     import tensorflow as tf
+    from phase01_common.timing import time_interleaved
     from tensorflow.python.eager import context
 
     python_fn = getattr(fn, "python_function", fn)
@@ -184,24 +177,35 @@ def bridge_comparison(fn: Callable[..., Any], *args: Any, repeats: int = 3) -> l
         "MLIR bridge": tf.config.experimental.enable_mlir_bridge,
         "old bridge": tf.config.experimental.disable_mlir_bridge,
     }
-    times: dict[str, list[float]] = {name: [] for name in switches}
     last: dict[str, tuple[Any, str]] = {}
+
+    def compile_with(name: str) -> Callable[[], float]:
+        def sample() -> float:
+            """One compile through this bridge, a fresh function (each call compiles); its
+            seconds, and its outputs and HLO read under the same bridge, untimed."""
+            switches[name]()
+            jitted = tf.function(python_fn, jit_compile=True)
+            start = time.perf_counter()
+            outputs = jitted(*args)
+            seconds = time.perf_counter() - start
+            last[name] = (outputs, jitted.experimental_get_compiler_ir(*args)(stage="hlo"))
+            return seconds
+
+        return sample
+
     try:
-        # Interleaved, a fresh function each time (each call compiles): the first compile in
-        # a process also pays XLA's start-up, and must not be charged to one bridge.
-        for i in range(repeats):
-            order = list(switches) if i % 2 == 0 else list(reversed(switches))
-            for name in order:
-                switches[name]()
-                jitted = tf.function(python_fn, jit_compile=True)
-                start = time.perf_counter()
-                outputs = jitted(*args)
-                times[name].append(time.perf_counter() - start)
-                last[name] = (outputs, jitted.experimental_get_compiler_ir(*args)(stage="hlo"))
+        # Interleaved: the first compile in a process also pays XLA's start-up, and must not
+        # be charged to one bridge. Each sample times itself (the HLO read stays outside).
+        timings = time_interleaved(
+            {name: compile_with(name) for name in switches},
+            rounds=repeats,
+            warmup=0,
+            timer=lambda sample: sample(),
+        )
         runs = [
             BridgeRun(
                 name,
-                statistics.median(times[name]),
+                timings.median(name),
                 hlo_op_counts(last[name][1]),
                 tf.nest.map_structure(lambda t: t.numpy(), last[name][0]),
             )

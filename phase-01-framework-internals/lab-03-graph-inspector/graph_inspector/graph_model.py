@@ -2,21 +2,21 @@
 
 :class:`Node` (one op, its data inputs, output dtypes/shapes, cost), :class:`Capture` (a value
 the graph closes over) and :class:`GraphReport` (the nodes plus counts, totals, JSON and the
-text summary). Drawing and TensorBoard output are in :mod:`graph_inspector.render`; the
-report's methods of those names hand over to it.
+text summary). Drawing it (DOT, SVG, the op histogram) and writing a TensorBoard log are
+:mod:`graph_inspector.render`'s functions, which take a report: the model does not know how it
+is drawn.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from phase01_common.units import format_bytes, format_count
+
 from graph_inspector.cost_rules import NodeCost, TensorInfo, Uncostable, nbytes
-from graph_inspector.units import human_bytes, human_count
 
 __all__ = ["Capture", "GraphReport", "Node", "NodeCost", "TensorInfo"]
 
@@ -164,12 +164,12 @@ class GraphReport:
                 lines.append(f"  {label:<7} {t.name:<32} {t.shape_str()}")
         for kind in ("variable", "constant"):
             count, nbytes = self.captured(kind)
-            lines.append(f"  captured {kind}s: {count} ({human_bytes(nbytes)})")
+            lines.append(f"  captured {kind}s: {count} ({format_bytes(nbytes, binary=True)})")
         emb_count, emb_bytes = self.embedded_constants
-        lines.append(f"  Const nodes: {emb_count} ({human_bytes(emb_bytes)})")
+        lines.append(f"  Const nodes: {emb_count} ({format_bytes(emb_bytes, binary=True)})")
         lines.append(
-            f"  estimated cost: {human_count(self.total_flops)}FLOP, "
-            f"{human_bytes(self.total_bytes)} moved"
+            f"  estimated cost: {format_count(self.total_flops)}FLOP, "
+            f"{format_bytes(self.total_bytes, binary=True)} moved"
             f" ({len(self.uncostable)} node(s) not costed)"
             + (
                 f", unknown dimensions costed as {self.unknown_dim}"
@@ -222,30 +222,6 @@ class GraphReport:
                 rest = sum(c for _, c in grouped[max_uncostable_lines:])
                 lines.append(f"    ... {rest} more node(s) (see to_json()['uncostable'])")
         return "\n".join(lines)
-
-    # --- drawings and logs (graph_inspector.render) ----------------------------------------
-    def to_dot(self, hide_ops: Sequence[str] = ()) -> str:
-        """Graphviz source: one box per node (op, name, output shape, FLOPs), edges = tensors."""
-        from graph_inspector.render import to_dot
-
-        return to_dot(self, hide_ops)
-
-    def render(self, out_base: Path, hide_ops: Sequence[str] = ("Const", "NoOp")) -> Path:
-        """Draw the graph as SVG: Graphviz ``dot`` where it exists, else the layered SVG."""
-        from graph_inspector.render import render
-
-        return render(self, Path(out_base), hide_ops)
-
-    def plot_op_histogram(self, path: Path, top: int = 25) -> Path:
-        from graph_inspector.render import plot_op_histogram
-
-        return plot_op_histogram(self, Path(path), top)
-
-    def write_tensorboard(self, logdir: Path) -> Path:
-        """Write the FuncGraph as a TensorBoard event file (``tensorboard --logdir`` shows it)."""
-        from graph_inspector.render import write_tensorboard
-
-        return write_tensorboard(self, Path(logdir))
 
 
 def tensor_dict(t: TensorInfo) -> dict[str, Any]:

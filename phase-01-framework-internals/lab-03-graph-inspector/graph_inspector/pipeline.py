@@ -16,14 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-# Re-exported: earlier versions had the conversion here.
-from graph_inspector.savedmodel import (  # noqa: F401
-    SERVING_KEY,
-    load_serving_fn,
-    probe_inputs_from_signature,
-    signature_param_bytes,
-)
-from graph_inspector.tflite import ConversionResult, convert_savedmodel  # noqa: F401
+from graph_inspector.savedmodel import SERVING_KEY
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 

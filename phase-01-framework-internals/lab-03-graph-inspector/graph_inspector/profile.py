@@ -1,4 +1,4 @@
-"""The TF Profiler joined with the static cost model, on a roofline of this CPU (issue 15d).
+"""The TF Profiler joined with the static cost model, on a roofline of this CPU.
 
 :func:`profile_function` runs a function under ``tf.profiler.experimental`` for N steps (the
 trace is written where TensorBoard's profile plugin opens it), reads the trace's XPlane (the
@@ -11,12 +11,13 @@ listed as such, not guessed.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from phase01_common.timing import wall_clock_seconds
 
 __all__ = [
     "OpProfile",
@@ -142,20 +143,14 @@ def roofline_probe(size: int = 1024, megabytes: int = 64, repeats: int = 5) -> R
     a = tf.random.stateless_normal([size, size], seed=[1, 2])
     matmul = tf.function(lambda x: tf.matmul(x, x))
     matmul(a).numpy()
-    best = min(_timed(lambda: matmul(a).numpy()) for _ in range(repeats))
+    best = min(wall_clock_seconds(lambda: matmul(a).numpy()) for _ in range(repeats))
     peak = 2 * size**3 / best
     n = megabytes * 2**20 // 4
     x, y = tf.ones([n]), tf.ones([n])
     add = tf.function(lambda p, q: p + q)
     add(x, y).numpy()
-    best = min(_timed(lambda: add(x, y)._numpy()) for _ in range(repeats))  # noqa: SLF001
+    best = min(wall_clock_seconds(lambda: add(x, y)._numpy()) for _ in range(repeats))  # noqa: SLF001
     return Roofline(peak, 3 * 4 * n / best)
-
-
-def _timed(call: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    call()
-    return time.perf_counter() - start
 
 
 def join_with_costs(profile: list[OpProfile], report: Any, steps: int) -> list[ProfileRow]:

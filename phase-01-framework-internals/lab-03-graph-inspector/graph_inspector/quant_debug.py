@@ -1,4 +1,4 @@
-"""Full-integer quantization, debugged layer by layer (issue 15c).
+"""Full-integer quantization, debugged layer by layer.
 
 The converter's ``QuantizationDebugger`` runs the int8 model with every quantized op checked
 against its float inputs (``NumericVerify``), so each layer's own error is measured in
@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from graph_inspector.errors import ConversionError
+from graph_inspector.quant_modes import MODES
 from graph_inspector.savedmodel import SERVING_KEY, check_savedmodel_dir
-from graph_inspector.tflite import _setup, representative_from
+from graph_inspector.tflite import representative_from
 
 Representative = Callable[[], Iterator[list[np.ndarray]]]
 
@@ -58,7 +59,7 @@ def _int8_converter(folder: Path, representative: Representative, signature_key:
     converter = tf.lite.TFLiteConverter.from_saved_model(
         str(folder), signature_keys=[signature_key]
     )
-    _setup(converter, "int8", representative)
+    MODES["int8"].configure(converter, representative)
     return converter
 
 

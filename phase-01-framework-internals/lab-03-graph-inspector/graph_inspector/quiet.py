@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-class _CapturedLog:
+class CapturedLog:
+    """The native output captured by :func:`native_stderr_captured`, readable afterwards."""
+
     def __init__(self, path: str) -> None:
         self.path = path
 
@@ -23,7 +25,7 @@ class _CapturedLog:
 
 
 @contextmanager
-def native_stderr_captured() -> Iterator[_CapturedLog]:
+def native_stderr_captured() -> Iterator[CapturedLog]:
     """Send fd 2 to a temporary file for the block: the TFLite converter's C++/MLIR side writes
     its diagnostics there directly, and the contract is a one-line error. The text is kept
     (shown with GRAPH_INSPECTOR_DEBUG=1)."""
@@ -34,7 +36,7 @@ def native_stderr_captured() -> Iterator[_CapturedLog]:
     saved = os.dup(2)
     try:
         os.dup2(handle, 2)
-        yield _CapturedLog(path)
+        yield CapturedLog(path)
     finally:
         sys.stderr.flush()
         os.dup2(saved, 2)

@@ -13,9 +13,10 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from phase01_common.units import format_count
+
 from graph_inspector.cost_rules import category
 from graph_inspector.graph_model import GraphReport, Node
-from graph_inspector.units import human_count
 
 _CATEGORY_COLOURS = {
     "matmul/conv": "#f4a582",
@@ -46,7 +47,7 @@ def to_dot(report: GraphReport, hide_ops: Sequence[str] = ()) -> str:
         if n.name not in shown:
             continue
         shape = n.outputs[0].shape_str() if n.outputs else ""
-        cost = f"{human_count(n.cost.flops)}FLOP" if n.cost and n.cost.flops else ""
+        cost = f"{format_count(n.cost.flops)}FLOP" if n.cost and n.cost.flops else ""
         label = "\\n".join(x for x in (n.op, n.name, shape, cost) if x)
         label = label.replace('"', '\\"')
         color = _CATEGORY_COLOURS.get(category(n.op), "#eeeeee")
@@ -63,7 +64,7 @@ def to_dot(report: GraphReport, hide_ops: Sequence[str] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(
+def draw_svg(
     report: GraphReport, out_base: Path, hide_ops: Sequence[str] = ("Const", "NoOp")
 ) -> Path:
     """Draw the graph as SVG: through Graphviz ``dot`` where it exists, else with the layered
@@ -293,7 +294,7 @@ def draw_scope_overview_svg(
         main = max(ops, key=lambda kv: kv[1])[0]
         label = [
             g.split("/", 1)[-1] if "/" in g else g,
-            f"{len(members[g])} nodes, {human_count(flops)}FLOP",
+            f"{len(members[g])} nodes, {format_count(flops)}FLOP",
             ", ".join(f"{op}×{c}" for op, c in ops),
         ]
         boxes.append((g, label, _CATEGORY_COLOURS.get(category(main), "#ffffff")))

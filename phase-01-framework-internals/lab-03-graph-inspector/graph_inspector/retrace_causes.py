@@ -4,7 +4,7 @@
 picked for each argument that differs from the closest earlier trace by :data:`RULES`, an
 ordered list of ``(predicate, rule)`` pairs; the fix texts are templates filled from
 :func:`_fields` (the argument's path, dtypes, the generalized shape…). Every fix has a key, and
-``graph_inspector_harness.scenarios.FIX_SCENARIOS`` applies each one to its scenario in the
+``graph_inspector_harness.retrace_fix.FIX_SCENARIOS`` applies each one to its scenario in the
 tests: the retrace goes away and the outputs stay the same.
 """
 

@@ -114,7 +114,22 @@ def _call_context() -> dict[str, str]:
     return context
 
 
-class RetraceMonitor:
+class CallRecords:
+    """What a monitor and a log both count from their ``records``."""
+
+    records: list[CallRecord]
+
+    @property
+    def traces(self) -> int:
+        """Traces made while monitored (sum of the tracing-count increases over calls)."""
+        return sum(r.new_traces for r in self.records)
+
+    @property
+    def retraces(self) -> list[CallRecord]:
+        return [r for r in self.records if r.retraced]
+
+
+class RetraceMonitor(CallRecords):
     """Watches one tf.function object; call the monitor instead of the function.
 
     ``monitor.traces`` equals ``fn.experimental_get_tracing_count()`` (minus any traces made
@@ -153,15 +168,6 @@ class RetraceMonitor:
     @property
     def code(self) -> Any:
         return getattr(self.python_function, "__code__", None)
-
-    @property
-    def traces(self) -> int:
-        """Traces made while monitored (sum of the tracing-count increases over calls)."""
-        return sum(r.new_traces for r in self.records)
-
-    @property
-    def retraces(self) -> list[CallRecord]:
-        return [r for r in self.records if r.retraced]
 
     def _record_traces_without_a_call(self) -> None:
         """TF can trace a function without calling it: tf.saved_model.save (and Keras's
@@ -389,7 +395,7 @@ def _where(monitor: RetraceMonitor) -> str:
     return f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}"
 
 
-class RetraceLog:
+class RetraceLog(CallRecords):
     """Every observed call of the watched functions, in order, with explanations."""
 
     def __init__(self, echo: Callable[[str], None] | None = None) -> None:
@@ -417,14 +423,6 @@ class RetraceLog:
         return [
             m for m in self.monitors if m is not monitor and m.code is monitor.code and m._traces
         ]
-
-    @property
-    def traces(self) -> int:
-        return sum(r.new_traces for r in self.records)
-
-    @property
-    def retraces(self) -> list[CallRecord]:
-        return [r for r in self.records if r.retraced]
 
     def tracing_count(self) -> int:
         """TensorFlow's own count, summed over the watched functions (minus prior traces)."""

@@ -19,11 +19,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from graph_inspector.errors import ConversionError, NotASavedModelError
+from graph_inspector.quant_modes import DEFAULT_QUANTIZATIONS, MODES, Quantization
 from graph_inspector.savedmodel import (
     SERVING_KEY,
     check_savedmodel_dir,
@@ -43,56 +44,9 @@ __all__ = [
     "validate_tflite",
 ]
 
-Quantization = Literal["float32", "dynamic_range", "float16", "int8", "int16x8"]
-# What `convert` writes by default; the other modes are asked for by name.
-QUANTIZATIONS: tuple[Quantization, ...] = ("float32", "dynamic_range")
-ALL_QUANTIZATIONS: tuple[Quantization, ...] = (
-    "float32",
-    "dynamic_range",
-    "float16",
-    "int8",
-    "int16x8",
-)
-# Modes that calibrate activation ranges on a representative dataset.
-NEEDS_REPRESENTATIVE = ("int8", "int16x8")
-
-# Agreement with TensorFlow, as relative L2 error of the outputs on the probe inputs.
-# float32 TFLite differs only by kernel summation order (~1e-6 relative). Dynamic-range keeps
-# int8 weights and quantizes activations on the fly: a few percent is normal, garbage is ~1.
-# Measured: 1.6e-3 to 2.3e-3 on the BERT classifier (PIPELINE-NOTES.md), 6.6e-3 on a small model;
-# 0.05 leaves an order of magnitude and still catches a conversion that moves outputs by ~10%.
-# float16 weights: 8e-5 on the BERT classifier; full integer (int8 activations): 1.6e-2 on BERT,
-# 8.9e-2 with int16 activations on a model with an outlier unit (quant_scenarios.py); garbage
-# is ~1 (int8 activations on that model: 0.94).
-MAX_REL_ERROR: dict[str, float] = {
-    "float32": 1e-4,
-    "dynamic_range": 0.05,
-    "float16": 0.01,
-    "int8": 0.1,
-    "int16x8": 0.1,
-}
-FLOAT32_MAX_REL_ERROR = MAX_REL_ERROR["float32"]
-DYNAMIC_RANGE_MAX_REL_ERROR = MAX_REL_ERROR["dynamic_range"]
-# Classifier outputs (by name) must also pick the same class on most probes.
+# Classifier outputs (by name) must also pick the same class on most probes (the share is the
+# mode's ``min_argmax_agreement``).
 DEFAULT_ARGMAX_OUTPUTS = ("logits",)
-MIN_ARGMAX_AGREEMENT = {
-    "float32": 0.99,
-    "dynamic_range": 0.9,
-    "float16": 0.99,
-    "int8": 0.9,
-    "int16x8": 0.9,
-}
-# The file must be able to hold the weights: float32 keeps 4 bytes per parameter, dynamic-range
-# 1 (int8) for most of them. Constant folding may drop weights the signature never reads (rows
-# of the position table beyond its sequence length: ~4% for BERT-tiny at 16 tokens), hence the
-# margin. A model whose weights were not frozen in is far smaller (0.3% in the trap).
-MIN_SIZE_FRACTION = {
-    "float32": 0.5,
-    "dynamic_range": 0.15,
-    "float16": 0.3,  # 2 bytes per weight
-    "int8": 0.15,
-    "int16x8": 0.15,
-}
 
 
 @dataclass
@@ -201,32 +155,10 @@ def convert_savedmodel_to_tflite(
 ) -> bytes:
     """Convert one signature of a SavedModel; converter failures become :class:`ConversionError`.
 
-    ``representative`` (``int8``, ``int16x8``): a callable yielding lists of input arrays, one
-    sample each, for calibration (see ``quant_debug.representative_from``)."""
+    ``representative`` (the modes that calibrate: ``int8``, ``int16x8``): a callable yielding
+    lists of input arrays, one sample each, for calibration (see :func:`representative_from`)."""
     folder = check_savedmodel_dir(savedmodel_dir)
     return _convert(folder, quantization, signature_key, representative)
-
-
-def _setup(converter: Any, quantization: str, representative: Callable[[], Any] | None) -> None:
-    """The converter settings of each mode."""
-    import tensorflow as tf
-
-    if quantization == "float32":
-        return
-    # Optimize.DEFAULT alone = dynamic range: int8 weights, activations quantized per call.
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    if quantization == "float16":
-        converter.target_spec.supported_types = [tf.float16]
-    elif quantization in NEEDS_REPRESENTATIVE:
-        if representative is None:
-            raise ValueError(f"{quantization} needs a representative dataset")
-        converter.representative_dataset = representative
-        kernels = {
-            "int8": tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
-            "int16x8": tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8,
-        }[quantization]
-        # Quantized kernels where they exist; an op without one stays float instead of failing.
-        converter.target_spec.supported_ops = [kernels, tf.lite.OpsSet.TFLITE_BUILTINS]
 
 
 def _convert(
@@ -238,13 +170,13 @@ def _convert(
     """The conversion itself, for a folder already checked."""
     import tensorflow as tf
 
-    if quantization not in ALL_QUANTIZATIONS:
-        raise ValueError(f"quantization must be one of {ALL_QUANTIZATIONS}, got {quantization!r}")
+    if quantization not in MODES:
+        raise ValueError(f"quantization must be one of {tuple(MODES)}, got {quantization!r}")
     try:
         converter = tf.lite.TFLiteConverter.from_saved_model(
             str(folder), signature_keys=[signature_key]
         )
-        _setup(converter, quantization, representative)
+        MODES[quantization].configure(converter, representative)
         return converter.convert()
     except ValueError as exc:
         if "representative" in str(exc) and representative is None:
@@ -264,10 +196,6 @@ def _conversion_error(
     )
 
 
-# Kept for callers of the earlier name: the one folder check lives in savedmodel.py.
-check_is_savedmodel = check_savedmodel_dir
-
-
 def validate_tflite(
     model: bytes | TFLiteModel,
     reference: Callable[[dict[str, np.ndarray]], np.ndarray | Mapping[str, np.ndarray]],
@@ -284,16 +212,18 @@ def validate_tflite(
     ``reference`` returns every output by name (a dict, as a SavedModel signature does), or one
     array for a single-output model. Checks, for *every* output, matched by name: finite values;
     the same shape; relative L2 error against TensorFlow at most ``max_rel_error`` (defaults per
-    quantization in ``MAX_REL_ERROR``); for outputs named in ``argmax_outputs`` (class scores),
-    the same argmax on at least ``MIN_ARGMAX_AGREEMENT`` of the probes. And the file size must
-    be at least ``MIN_SIZE_FRACTION`` of the float32 weight bytes (``param_bytes``). Raises
+    quantization: the mode's ``max_rel_error`` in :data:`~graph_inspector.quant_modes.MODES`); for
+    outputs named in ``argmax_outputs`` (class scores), the same argmax on at least the mode's
+    ``min_argmax_agreement`` of the probes. And the file size must be at least the mode's
+    ``min_size_fraction`` of the float32 weight bytes (``param_bytes``). Raises
     :class:`ConversionError` listing every failed check.
     """
     tfl = model if isinstance(model, TFLiteModel) else TFLiteModel(model, signature_key)
     probes = {k: np.asarray(v) for k, v in probe_inputs.items()}
     expected_all = _reference_outputs(reference(probes), tfl.output_names)
     got_all = {k: v.astype(np.float64) for k, v in tfl.predict_outputs(probes).items()}
-    limit = MAX_REL_ERROR[quantization] if max_rel_error is None else max_rel_error
+    mode = MODES[quantization]
+    limit = mode.max_rel_error if max_rel_error is None else max_rel_error
     problems: list[str] = []
     if set(got_all) != set(expected_all):
         problems.append(
@@ -306,10 +236,10 @@ def validate_tflite(
             got_all[name],
             expected_all[name],
             limit,
-            MIN_ARGMAX_AGREEMENT[quantization] if name in argmax_outputs else None,
+            mode.min_argmax_agreement if name in argmax_outputs else None,
         )
         problems += found
-    min_bytes = int(MIN_SIZE_FRACTION[quantization] * param_bytes)
+    min_bytes = int(mode.min_size_fraction * param_bytes)
     if tfl.num_bytes < min_bytes:
         problems.append(
             f"file is {tfl.num_bytes:,} bytes, too small to hold {param_bytes:,} bytes of "
@@ -451,9 +381,10 @@ def convert_savedmodel(
     out_dir: str | Path,
     probe_inputs: Mapping[str, np.ndarray] | None = None,
     signature_key: str = SERVING_KEY,
-    quantizations: tuple[Quantization, ...] = QUANTIZATIONS,
+    quantizations: tuple[Quantization, ...] = DEFAULT_QUANTIZATIONS,
 ) -> ConversionResult:
-    """Convert a SavedModel signature to TFLite (float32 and dynamic-range) and validate each.
+    """Convert a SavedModel signature to TFLite (by default float32 and dynamic-range, the
+    modes ``written_by_default`` in :data:`~graph_inspector.quant_modes.MODES`) and validate each.
 
     Writes ``model_<quantization>.tflite`` into ``out_dir`` only after it passes
     :func:`validate_tflite`; raises :class:`ConversionError` otherwise (a bad folder:

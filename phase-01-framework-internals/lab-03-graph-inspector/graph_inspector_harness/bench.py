@@ -3,7 +3,7 @@
     python -m graph_inspector bench [--repeats N]
 
 1. A call that reuses a trace (baseline) vs a call that traces (a fresh tf.function object
-   each time, so every call traces): medians and the ratio.
+   each time, so every call traces), interleaved: medians and the ratio.
 2. Eight different sequence lengths: one exact-shape tf.function (traces each length) vs one
    with ``input_signature=[TensorSpec([1, None])]`` (traces once): total time, traces (checked
    against ``experimental_get_tracing_count`` through the retrace monitor) and the ratio.
@@ -12,8 +12,9 @@
 from __future__ import annotations
 
 import os
-import statistics
 import time
+
+from phase01_common.timing import time_interleaved
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -48,17 +49,14 @@ def _measure(repeats: int) -> int:
     x = inputs(64)
     reusing = tf.function(classify)
     reusing(*x)  # trace once
-    reuse_times, trace_times = [], []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        reusing(*x)
-        reuse_times.append(time.perf_counter() - start)
-        fresh = tf.function(classify)  # empty cache: this call traces
-        start = time.perf_counter()
-        fresh(*x)
-        trace_times.append(time.perf_counter() - start)
-    reuse_ms = statistics.median(reuse_times) * 1e3
-    trace_ms = statistics.median(trace_times) * 1e3
+    # A fresh tf.function per traced call (an empty cache: the call traces); making the object
+    # takes microseconds, against the trace's milliseconds.
+    timings = time_interleaved(
+        {"reuse": lambda: reusing(*x), "trace": lambda: tf.function(classify)(*x)},
+        rounds=repeats,
+        warmup=0,
+    )
+    reuse_ms, trace_ms = timings.median("reuse") * 1e3, timings.median("trace") * 1e3
 
     lengths = [16, 24, 32, 40, 48, 56, 64, 72]
     exact = tf.function(classify)

@@ -4,101 +4,26 @@
 Each scenario runs the same calls twice under the monitor: as written (the monitor must name the
 rule and suggest the fix) and with the fix applied (fewer traces, exactly ``expected_traces``,
 and the same outputs, or for a stale closure the outputs the code meant). The tests run them all
-and check that no actionable fix in the table is without one.
+and check that no actionable fix in the table is without one. This module holds the shapes,
+dtypes, Python values and closures; :mod:`graph_inspector_harness.fix_scenarios_objects` the
+Python objects, structure, variables and methods; :mod:`graph_inspector_harness.retrace_fix`
+what both are built from.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from graph_inspector.retrace import RetraceLog, explain_retracing
 
-
-@dataclass
-class FixResult:
-    rule: str
-    fix: str
-    before: RetraceLog  # the calls as written
-    after: RetraceLog  # the same calls with the fix applied
-    outputs_before: list[np.ndarray]
-    outputs_after: list[np.ndarray]
-    expected_traces: int  # traces with the fix applied
-    expected_outputs: list[np.ndarray] | None = None  # None: the same as before the fix
-
-    @property
-    def suggested(self) -> bool:
-        """The monitor named this rule and offered this fix for the calls as written."""
-        return any(
-            c.rule == self.rule and self.fix in c.fix_keys
-            for r in self.before.records
-            for c in [*r.causes, *r.warnings]
-        )
-
-    @property
-    def outputs_match(self) -> bool:
-        want = self.outputs_before if self.expected_outputs is None else self.expected_outputs
-        return len(want) == len(self.outputs_after) and all(
-            np.allclose(a, b) for a, b in zip(want, self.outputs_after, strict=True)
-        )
-
-    @property
-    def retrace_gone(self) -> bool:
-        """Fewer traces with the fix (or, where the code as written failed to trace or kept a
-        stale value, no error and the meant outputs), exactly as many as expected."""
-        traces = self.after.traces
-        failed_before = any(r.error for r in self.before.records)
-        fewer = traces < self.before.traces or failed_before or self.rule == "stale closure"
-        no_errors = not any(r.error for r in self.after.records)
-        return fewer and no_errors and traces == self.expected_traces == self.after.tracing_count()
-
-
-def _tf() -> Any:
-    import tensorflow as tf
-
-    return tf
-
-
-def _run(target: Any, calls: list[Callable[[], Any]]) -> tuple[RetraceLog, list[np.ndarray]]:
-    outputs = []
-    with explain_retracing(target) as log:
-        for call in calls:
-            try:
-                outputs.append(np.asarray(call()))
-            except (TypeError, ValueError):  # the unfixed unhashable / late-variable cases
-                outputs.append(np.asarray(np.nan))
-    return log, outputs
-
-
-def _compare(
-    rule: str,
-    fix: str,
-    before: tuple[Any, list[Callable[[], Any]]],
-    after: tuple[Any, list[Callable[[], Any]]],
-    expected_traces: int = 1,
-    expected_outputs: list[np.ndarray] | None = None,
-) -> FixResult:
-    log_before, out_before = _run(*before)
-    log_after, out_after = _run(*after)
-    return FixResult(
-        rule, fix, log_before, log_after, out_before, out_after, expected_traces, expected_outputs
-    )
-
-
-FIX_SCENARIOS: dict[tuple[str, str], Callable[[], FixResult]] = {}
-
-
-def fix_scenario(
-    rule: str, fix: str
-) -> Callable[[Callable[[], FixResult]], Callable[[], FixResult]]:
-    def register(fn: Callable[[], FixResult]) -> Callable[[], FixResult]:
-        FIX_SCENARIOS[(rule, fix)] = fn
-        return fn
-
-    return register
-
+from graph_inspector_harness.retrace_fix import (
+    FixResult,
+    compare_fix,
+    fix_scenario,
+    scale,
+    tensorflow,
+)
 
 # --- shapes and dtypes ----------------------------------------------------------------------
 
@@ -107,21 +32,17 @@ def _double(x: Any) -> Any:
     return x * 2
 
 
-def _scale(x: Any, k: Any) -> Any:
-    return x * k
-
-
 def _normalize(x: Any) -> Any:
-    return x - _tf().reduce_mean(x, axis=0)
+    return x - tensorflow().reduce_mean(x, axis=0)
 
 
 @fix_scenario("tensor shape", "input_signature")
 def tensor_shape_input_signature() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     plain = tf.function(_normalize)
     fixed = tf.function(_normalize, input_signature=[tf.TensorSpec([None, 3], tf.float32)])
     xs = [tf.ones([b, 3]) * b for b in (2, 4, 8)]
-    return _compare(
+    return compare_fix(
         "tensor shape",
         "input_signature",
         (plain, [lambda x=x: plain(x) for x in xs]),
@@ -131,12 +52,12 @@ def tensor_shape_input_signature() -> FixResult:
 
 @fix_scenario("tensor shape", "reduce_retracing")
 def tensor_shape_reduce_retracing() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     plain = tf.function(_normalize)
     fixed = tf.function(_normalize, reduce_retracing=True)
     xs = [tf.ones([b, 3]) * b for b in (2, 4, 8, 16)]
     # One trace for the first shape, one generalized [None, 3] trace for all the rest.
-    return _compare(
+    return compare_fix(
         "tensor shape",
         "reduce_retracing",
         (plain, [lambda x=x: plain(x) for x in xs]),
@@ -151,18 +72,18 @@ def _accumulate(v: Any, x: Any) -> Any:
 
 
 def _accumulate_calls(fn: Any) -> list[Callable[[], Any]]:
-    tf = _tf()
+    tf = tensorflow()
     return [lambda n=n: fn(tf.Variable(tf.zeros([n])), tf.ones([n]) * n) for n in (2, 3, 4, 5)]
 
 
 @fix_scenario("variable shape", "reduce_retracing")
 def variable_shape_reduce_retracing() -> FixResult:
-    # The issue's case: an input_signature of TensorSpecs would hand the function a tensor, and
-    # assign_add fails; reduce_retracing generalizes the VariableSpec instead.
-    tf = _tf()
+    # An input_signature of TensorSpecs would hand the function a tensor, and assign_add would
+    # fail; reduce_retracing generalizes the VariableSpec instead.
+    tf = tensorflow()
     plain = tf.function(_accumulate)
     fixed = tf.function(_accumulate, reduce_retracing=True)
-    return _compare(
+    return compare_fix(
         "variable shape",
         "reduce_retracing",
         (plain, _accumulate_calls(plain)),
@@ -173,10 +94,10 @@ def variable_shape_reduce_retracing() -> FixResult:
 
 @fix_scenario("tensor shape beside a variable", "reduce_retracing")
 def tensor_beside_variable_reduce_retracing() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     plain = tf.function(_accumulate)
     fixed = tf.function(_accumulate, reduce_retracing=True)
-    return _compare(
+    return compare_fix(
         "tensor shape beside a variable",
         "reduce_retracing",
         (plain, _accumulate_calls(plain)),
@@ -187,10 +108,10 @@ def tensor_beside_variable_reduce_retracing() -> FixResult:
 
 @fix_scenario("tensor dtype", "cast")
 def tensor_dtype_cast() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     plain, fixed = tf.function(_double), tf.function(_double)
     xs = [tf.ones([3], tf.float32), tf.ones([3], tf.float64) * 2]
-    return _compare(
+    return compare_fix(
         "tensor dtype",
         "cast",
         (plain, [lambda x=x: plain(x) for x in xs]),
@@ -200,10 +121,10 @@ def tensor_dtype_cast() -> FixResult:
 
 @fix_scenario("variable dtype", "one_dtype")
 def variable_dtype_one_dtype() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     plain, fixed = tf.function(_accumulate), tf.function(_accumulate)
     dtypes = (tf.float32, tf.float64)
-    return _compare(
+    return compare_fix(
         "variable dtype",
         "one_dtype",
         (
@@ -224,17 +145,17 @@ def variable_dtype_one_dtype() -> FixResult:
 
 
 def _sparse_calls(fn: Any) -> list[Callable[[], Any]]:
-    tf = _tf()
+    tf = tensorflow()
     return [lambda n=n: fn(tf.sparse.from_dense(tf.ones([n, 3]) * n)) for n in (2, 4, 8)]
 
 
 @fix_scenario("composite shape", "input_signature")
 def composite_shape_input_signature() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     plain = tf.function(tf.sparse.reduce_sum)
     spec = tf.SparseTensorSpec([None, 3], tf.float32)
     fixed = tf.function(lambda s: tf.sparse.reduce_sum(s), input_signature=[spec])
-    return _compare(
+    return compare_fix(
         "composite shape",
         "input_signature",
         (plain, _sparse_calls(plain)),
@@ -244,10 +165,10 @@ def composite_shape_input_signature() -> FixResult:
 
 @fix_scenario("composite shape", "reduce_retracing")
 def composite_shape_reduce_retracing() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     plain = tf.function(lambda s: tf.sparse.reduce_sum(s))
     fixed = tf.function(lambda s: tf.sparse.reduce_sum(s), reduce_retracing=True)
-    return _compare(
+    return compare_fix(
         "composite shape",
         "reduce_retracing",
         (plain, _sparse_calls(plain)),
@@ -258,7 +179,7 @@ def composite_shape_reduce_retracing() -> FixResult:
 
 @fix_scenario("composite spec", "same_structure")
 def composite_spec_same_structure() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     plain = tf.function(lambda r: tf.reduce_sum(r))
     fixed = tf.function(lambda r: tf.reduce_sum(r))
     flat = tf.ragged.constant([[1.0, 2.0], [3.0]])
@@ -267,7 +188,7 @@ def composite_spec_same_structure() -> FixResult:
     def one_ragged_dim(r: Any) -> Any:
         return r.merge_dims(1, 2) if r.ragged_rank == 2 else r
 
-    return _compare(
+    return compare_fix(
         "composite spec",
         "same_structure",
         (plain, [lambda: plain(flat), lambda: plain(nested)]),
@@ -286,10 +207,10 @@ def _dropout_free(x: Any, training: Any) -> Any:
 
 @fix_scenario("python bool", "tensor_argument")
 def python_bool_tensor() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     plain, fixed = tf.function(_dropout_free), tf.function(_dropout_free)
     flags = (False, True, False)
-    return _compare(
+    return compare_fix(
         "python bool",
         "tensor_argument",
         (plain, [lambda f=f: plain(tf.ones([2]), f) for f in flags]),
@@ -299,10 +220,10 @@ def python_bool_tensor() -> FixResult:
 
 @fix_scenario("python number", "tensor_argument")
 def python_number_tensor() -> FixResult:
-    tf = _tf()
-    plain, fixed = tf.function(_scale), tf.function(_scale)
+    tf = tensorflow()
+    plain, fixed = tf.function(scale), tf.function(scale)
     factors = (0.5, 1.0, 2.0)
-    return _compare(
+    return compare_fix(
         "python number",
         "tensor_argument",
         (plain, [lambda k=k: plain(tf.ones([2]), k) for k in factors]),
@@ -318,10 +239,10 @@ def _by_mode(x: Any, mode: Any) -> Any:
 
 @fix_scenario("python other", "tensor_argument")
 def python_string_tensor() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     plain, fixed = tf.function(_by_mode), tf.function(_by_mode)
     modes = ("double", "same", "double")
-    return _compare(
+    return compare_fix(
         "python other",
         "tensor_argument",
         (plain, [lambda m=m: plain(tf.ones([2]), m) for m in modes]),
@@ -334,15 +255,15 @@ def python_string_tensor() -> FixResult:
 
 @fix_scenario("new closure", "reuse_callable")
 def new_closure_reuse() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     plain = tf.function(lambda x, activation: activation(x))
     fixed = tf.function(lambda x, activation: activation(x))
 
-    def make_scaled(scale: float) -> Callable[[Any], Any]:
-        return lambda t: t * scale
+    def make_scaled(factor: float) -> Callable[[Any], Any]:
+        return lambda t: t * factor
 
     doubled = make_scaled(2.0)  # created once
-    return _compare(
+    return compare_fix(
         "new closure",
         "reuse_callable",
         (plain, [lambda: plain(tf.ones([2]), make_scaled(2.0)) for _ in range(3)]),
@@ -352,15 +273,15 @@ def new_closure_reuse() -> FixResult:
 
 @fix_scenario("new closure", "captures_as_arguments")
 def new_closure_captures_as_arguments() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     plain = tf.function(lambda x, activation: activation(x))
     fixed = tf.function(lambda x, scale: x * scale)  # what the closure captured, as a tensor
 
-    def make_scaled(scale: float) -> Callable[[Any], Any]:
-        return lambda t: t * scale
+    def make_scaled(factor: float) -> Callable[[Any], Any]:
+        return lambda t: t * factor
 
     scales = (2.0, 3.0, 4.0)
-    return _compare(
+    return compare_fix(
         "new closure",
         "captures_as_arguments",
         (plain, [lambda s=s: plain(tf.ones([2]), make_scaled(s)) for s in scales]),
@@ -370,13 +291,13 @@ def new_closure_captures_as_arguments() -> FixResult:
 
 @fix_scenario("new tf.function object", "hoist")
 def new_function_object_hoist() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
 
     def double(x: Any) -> Any:
         return x * 2
 
     hoisted = tf.function(double)  # created once, outside the loop
-    return _compare(
+    return compare_fix(
         "new tf.function object",
         "hoist",
         (double, [lambda: tf.function(double)(tf.ones([2])) for _ in range(3)]),
@@ -387,7 +308,7 @@ def new_function_object_hoist() -> FixResult:
 def _redefined_in_loop(scales: tuple[float, ...]) -> tuple[Callable[..., Any], Callable[[], Any]]:
     """The trigger as written: a tf.function built in a loop from a closure over the loop
     variable. Returns (the Python function watched, one call that runs the loop)."""
-    tf = _tf()
+    tf = tensorflow()
     scale = scales[0]
 
     def scaled(x: Any) -> Any:
@@ -408,21 +329,21 @@ _SCALES = (2.0, 3.0, 4.0)
 
 @fix_scenario("captured value changed", "argument")
 def captured_value_argument() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     watched, loop = _redefined_in_loop(_SCALES)
     scaled_by = tf.function(lambda x, factor: x * factor)  # created once, value as a tensor
 
     def fixed_loop() -> Any:
         return tf.stack([scaled_by(tf.ones([2]), tf.constant(s)) for s in _SCALES])
 
-    return _compare(
+    return compare_fix(
         "captured value changed", "argument", (watched, [loop]), (scaled_by, [fixed_loop])
     )
 
 
 @fix_scenario("captured value changed", "variable")
 def captured_value_variable() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     watched, loop = _redefined_in_loop(_SCALES)
     factor = tf.Variable(1.0)
     scaled = tf.function(lambda x: x * factor)  # a variable is captured by reference
@@ -434,13 +355,15 @@ def captured_value_variable() -> FixResult:
             outputs.append(scaled(tf.ones([2])))
         return tf.stack(outputs)
 
-    return _compare("captured value changed", "variable", (watched, [loop]), (scaled, [fixed_loop]))
+    return compare_fix(
+        "captured value changed", "variable", (watched, [loop]), (scaled, [fixed_loop])
+    )
 
 
 def _stale_clip(threshold_after: float) -> tuple[Any, Callable[[], Any], list[np.ndarray]]:
     """A tf.function reading a captured Python float that is rebound after the first call:
     no retrace, the graph keeps the old value. Returns (fn, the calls, what they should give)."""
-    tf = _tf()
+    tf = tensorflow()
     threshold = 0.5
 
     @tf.function
@@ -459,19 +382,21 @@ def _stale_clip(threshold_after: float) -> tuple[Any, Callable[[], Any], list[np
 
 @fix_scenario("stale closure", "argument")
 def stale_closure_argument() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     clip, calls, meant = _stale_clip(0.9)
     fixed = tf.function(lambda x, threshold: tf.minimum(x, threshold))
 
     def fixed_calls() -> Any:
         return tf.stack([fixed(tf.ones([2]), tf.constant(t)) for t in (0.5, 0.9)])
 
-    return _compare("stale closure", "argument", (clip, [calls]), (fixed, [fixed_calls]), 1, meant)
+    return compare_fix(
+        "stale closure", "argument", (clip, [calls]), (fixed, [fixed_calls]), 1, meant
+    )
 
 
 @fix_scenario("stale closure", "variable")
 def stale_closure_variable() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     clip, calls, meant = _stale_clip(0.9)
     threshold = tf.Variable(0.5)
     fixed = tf.function(lambda x: tf.minimum(x, threshold))
@@ -481,4 +406,6 @@ def stale_closure_variable() -> FixResult:
         threshold.assign(0.9)
         return tf.stack([first, fixed(tf.ones([2]))])
 
-    return _compare("stale closure", "variable", (clip, [calls]), (fixed, [fixed_calls]), 1, meant)
+    return compare_fix(
+        "stale closure", "variable", (clip, [calls]), (fixed, [fixed_calls]), 1, meant
+    )

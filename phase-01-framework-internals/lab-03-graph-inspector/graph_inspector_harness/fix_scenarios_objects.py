@@ -1,5 +1,6 @@
-"""Fix scenarios, continued (see :mod:`graph_inspector_harness.fix_scenarios`): Python objects,
-structure, variables created late, a method on a new instance."""
+"""Fix scenarios for Python objects, structure, variables created late and a method on a new
+instance (the others are in :mod:`graph_inspector_harness.fix_scenarios`; what both are built
+from in :mod:`graph_inspector_harness.retrace_fix`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from graph_inspector_harness.fix_scenarios import FixResult, _compare, _scale, _tf, fix_scenario
-from graph_inspector_harness.scenarios import module_with_a_method
+from graph_inspector_harness.retrace_fix import (
+    FixResult,
+    compare_fix,
+    fix_scenario,
+    module_with_a_method,
+    scale,
+    tensorflow,
+)
 
 
 class Config:
@@ -62,7 +69,7 @@ def _object_case(
 ) -> FixResult:
     """The update called once per config; fixed: with ``fixed_configs`` (same update) or, when
     None, with the learning rate passed as a tensor."""
-    tf = _tf()
+    tf = tensorflow()
     plain = tf.function(_update)
     if fixed_configs is None:
         fixed = tf.function(_update_lr)
@@ -71,7 +78,7 @@ def _object_case(
         fixed = tf.function(_update)
         after = [lambda c=c: fixed(tf.ones([2]), c) for c in fixed_configs]
     before = [lambda c=c: plain(tf.ones([2]), c) for c in configs]
-    result = _compare(rule, fix, (plain, before), (fixed, after))
+    result = compare_fix(rule, fix, (plain, before), (fixed, after))
     if meant_lr is not None:  # as written some calls raise: compare with what they meant
         result.expected_outputs = [np.full([2], meant_lr, np.float32)] * len(configs)
     return result
@@ -123,14 +130,14 @@ def unhashable_tensors() -> FixResult:
 
 @fix_scenario("structure", "pack_tensor")
 def structure_pack_tensor() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     plain = tf.function(lambda xs: tf.add_n(xs))
     fixed = tf.function(
         lambda packed: tf.reduce_sum(packed, axis=0),
         input_signature=[tf.TensorSpec([None, 3], tf.float32)],
     )
     batches = [[tf.ones([3]) * i for i in range(1, n + 1)] for n in (2, 3, 4)]
-    return _compare(
+    return compare_fix(
         "structure",
         "pack_tensor",
         (plain, [lambda b=b: plain(b) for b in batches]),
@@ -140,11 +147,11 @@ def structure_pack_tensor() -> FixResult:
 
 @fix_scenario("container type", "same_container")
 def container_type_same() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
     plain = tf.function(lambda pair: pair[0] + pair[1])
     fixed = tf.function(lambda pair: pair[0] + pair[1])
     a, b = tf.ones([2]), tf.ones([2]) * 2
-    return _compare(
+    return compare_fix(
         "container type",
         "same_container",
         (plain, [lambda: plain([a, b]), lambda: plain((a, b))]),
@@ -154,9 +161,9 @@ def container_type_same() -> FixResult:
 
 @fix_scenario("argument kind", "same_kind")
 def argument_kind_same() -> FixResult:
-    tf = _tf()
-    plain, fixed = tf.function(_scale), tf.function(_scale)
-    return _compare(
+    tf = tensorflow()
+    plain, fixed = tf.function(scale), tf.function(scale)
+    return compare_fix(
         "argument kind",
         "same_kind",
         (plain, [lambda: plain(tf.ones([2]), tf.constant(2.0)), lambda: plain(tf.ones([2]), 2.0)]),
@@ -175,7 +182,7 @@ def argument_kind_same() -> FixResult:
 
 @fix_scenario("variable created on a later call", "create_once")
 def variable_create_once() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
 
     class LateScaler(tf.Module):
         @tf.function
@@ -195,7 +202,7 @@ def variable_create_once() -> FixResult:
             return x * self.w if learnable else x
 
     late, fixed = LateScaler(), Scaler()
-    result = _compare(
+    result = compare_fix(
         "variable created on a later call",
         "create_once",
         (late.__call__, [lambda: late(tf.ones([2]), False), lambda: late(tf.ones([2]), True)]),
@@ -215,11 +222,11 @@ def variable_create_once() -> FixResult:
 
 @fix_scenario("new instance", "reuse_object")
 def new_instance_reuse() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
 
     Model = module_with_a_method()  # noqa: N806 - a class
     first, second, shared = Model(), Model(), Model()
-    return _compare(
+    return compare_fix(
         "new instance",
         "reuse_object",
         (Model.step, [lambda: first.step(tf.ones([3])), lambda: second.step(tf.ones([3]))]),
@@ -229,7 +236,7 @@ def new_instance_reuse() -> FixResult:
 
 @fix_scenario("new instance", "function_outside_class")
 def new_instance_function_outside() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
 
     Model = module_with_a_method()  # noqa: N806 - a class
 
@@ -238,7 +245,7 @@ def new_instance_function_outside() -> FixResult:
         return x + w
 
     first, second = Model(), Model()
-    return _compare(
+    return compare_fix(
         "new instance",
         "function_outside_class",
         (Model.step, [lambda: first.step(tf.ones([3])), lambda: second.step(tf.ones([3]))]),
@@ -248,7 +255,7 @@ def new_instance_function_outside() -> FixResult:
 
 @fix_scenario("called from", "call_from_one_place")
 def called_from_a_tf1_graph() -> FixResult:
-    tf = _tf()
+    tf = tensorflow()
 
     def add_one(x: Any) -> Any:
         return x + 1
@@ -260,7 +267,7 @@ def called_from_a_tf1_graph() -> FixResult:
                 return session.run(out)
 
     written, fixed = tf.function(add_one), tf.function(add_one)
-    return _compare(
+    return compare_fix(
         "called from",
         "call_from_one_place",
         (written, [lambda: written(tf.ones([2])), lambda: in_tf1_graph(written)]),

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,16 +23,16 @@ import numpy as np
 from graph_inspector.errors import ConversionError
 from graph_inspector.pipeline import (
     INPUT_NAMES,
-    SERVING_KEY,
     TrainConfig,
     export_savedmodel,
     fine_tune,
     keras_predict,
 )
-from graph_inspector.savedmodel import load_serving_fn
+from graph_inspector.savedmodel import SERVING_KEY, load_serving_fn
 from graph_inspector.tflite import ConversionResult, TFLiteModel, convert_savedmodel
-from graph_inspector.units import human_bytes
 from phase01_common.report import Check, Image, Table, step
+from phase01_common.timing import time_interleaved
+from phase01_common.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -175,27 +174,18 @@ def trap_is_caught(model, out_dir: Path, seq_len: int, probes: dict[str, np.ndar
         shutil.rmtree(out_dir / "tflite_untracked", ignore_errors=True)
 
 
-def median_latency_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
-
-
 def batch1_latency(serving, tflite: dict[str, TFLiteModel], dev_inputs, repeats: int):
+    """Median ms of a batch-1 call of TensorFlow and of each TFLite model, interleaved."""
     import tensorflow as tf
 
     one = {k: np.ascontiguousarray(v[:1]) for k, v in dev_inputs.items()}
     one_tf = {k: tf.constant(v) for k, v in one.items()}
     signature = serving.signature
-    latency = {"tf": median_latency_ms(lambda: signature(**one_tf), repeats)}
+    calls: dict[str, Callable[[], object]] = {"tf": lambda: signature(**one_tf)}
     for name, model in tflite.items():
-        latency[name] = median_latency_ms(lambda m=model: m(**one), repeats)
-    return latency
+        calls[name] = lambda m=model: m(**one)
+    timings = time_interleaved(calls, rounds=repeats, warmup=3)
+    return {name: seconds * 1e3 for name, seconds in timings.medians().items()}
 
 
 def accuracy_of(logits: dict[str, np.ndarray], labels: np.ndarray) -> dict[str, float]:
@@ -223,7 +213,7 @@ def pipeline_checks(r: PipelineResult, losses: list[float], t: Thresholds = THRE
             "both TFLite models pass validation (finite, size, agreement)",
             all(v.ok for v in validations.values()),
             ", ".join(
-                f"{q}: rel err {v.rel_error:.1e}, {human_bytes(v.model_bytes)}"
+                f"{q}: rel err {v.rel_error:.1e}, {format_bytes(v.model_bytes, binary=True)}"
                 for q, v in validations.items()
             ),
         ),
@@ -358,7 +348,7 @@ def _table(r: PipelineResult, cfg: TrainConfig) -> Table:
             name,
             100 * r.accuracy[key],
             100 * (r.accuracy[key] - r.accuracy["tf"]),
-            human_bytes(r.sizes[key]),
+            format_bytes(r.sizes[key], binary=True),
             r.latency_ms[key],
         ]
         for key, name in _NAMES.items()

@@ -93,18 +93,15 @@ class ModeConversions:
 def convert_modes(model: OutlierModel) -> ModeConversions:
     """Each TFLite mode converted once, plus int8 with the debugger's deny list in float."""
     from graph_inspector.quant_debug import deny_list, layer_errors, selective_int8
+    from graph_inspector.quant_modes import MODES
     from graph_inspector.quiet import native_stderr_captured
-    from graph_inspector.tflite import (
-        ALL_QUANTIZATIONS,
-        convert_savedmodel_to_tflite,
-        representative_from,
-    )
+    from graph_inspector.tflite import convert_savedmodel_to_tflite, representative_from
 
     calibration = representative_from({"x": model.inputs[:100]})
     with native_stderr_captured():  # the converter's C++ diagnostics: not for the console
         contents = {
             mode: convert_savedmodel_to_tflite(model.folder, mode, representative=calibration)
-            for mode in ALL_QUANTIZATIONS
+            for mode in MODES
         }
         layers = layer_errors(model.folder, calibration)
         deny = deny_list(contents["int8"], layers)
@@ -118,34 +115,33 @@ def compare_modes(
     model: OutlierModel, repeats: int = 50, conversions: ModeConversions | None = None
 ) -> list[ModeResult]:
     """Every TFLite mode (and int8 with the debugger's fix) on the outlier model
-    (``conversions``: reuse models already converted by :func:`convert_modes`)."""
-    import statistics
-    import time
-
+    (``conversions``: reuse models already converted by :func:`convert_modes`). Batch-1
+    latency: every mode timed in the same interleaved rounds."""
     from graph_inspector.errors import ConversionError
+    from graph_inspector.quant_modes import MODES
     from graph_inspector.savedmodel import load_serving_fn, signature_param_bytes
-    from graph_inspector.tflite import ALL_QUANTIZATIONS, TFLiteModel, validate_tflite
+    from graph_inspector.tflite import TFLiteModel, validate_tflite
+    from phase01_common.timing import time_interleaved
 
     inputs = {"x": model.inputs}
     reference = load_serving_fn(model.folder)
     expected = reference(inputs)["logits"]
     contents = (conversions or convert_modes(model)).contents
     one = {"x": model.inputs[:1]}
+    models = {mode: TFLiteModel(content) for mode, content in contents.items()}
+    timings = time_interleaved(
+        {mode: (lambda m=tfl: m(**one)) for mode, tfl in models.items()}, rounds=repeats
+    )
     results = []
     for mode, content in contents.items():
-        tfl = TFLiteModel(content)
+        tfl = models[mode]
         got = tfl.predict(inputs)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            tfl(**one)
-            times.append((time.perf_counter() - start) * 1e3)
         try:
             validate_tflite(
                 tfl,
                 reference,
                 {"x": model.inputs[:200]},
-                quantization=mode if mode in ALL_QUANTIZATIONS else "int8",
+                quantization=mode if mode in MODES else "int8",
                 param_bytes=signature_param_bytes(reference.signature),
             )
             gate = "pass"
@@ -155,7 +151,7 @@ def compare_modes(
             ModeResult(
                 mode,
                 len(content),
-                statistics.median(times),
+                timings.median(mode) * 1e3,
                 float((got.argmax(-1) == model.labels).mean()),
                 float(np.abs(got - expected).max()),
                 float(np.linalg.norm(got - expected) / np.linalg.norm(expected)),

@@ -68,7 +68,8 @@ def concepts_part(section: Section, out_dir: Path) -> None:
 
 
 def quantization_part(section: Section, out_dir: Path) -> None:
-    from graph_inspector.units import human_bytes
+    from graph_inspector.quant_modes import MODES
+    from phase01_common.units import format_bytes
 
     from graph_inspector_harness.quant_scenarios import (
         compare_modes,
@@ -76,6 +77,33 @@ def quantization_part(section: Section, out_dir: Path) -> None:
         plot_modes,
     )
 
+    section.tables.append(
+        Table(
+            "The TFLite modes (graph_inspector/quant_modes.py): converter settings, calibration, "
+            "and the gate each converted model must pass against TensorFlow",
+            [
+                "mode",
+                "stores",
+                "convert default",
+                "calibrates",
+                "max rel err",
+                "argmax ≥",
+                "size ≥",
+            ],
+            [
+                [
+                    m.name,
+                    m.stores,
+                    "yes" if m.written_by_default else "no",
+                    "yes" if m.needs_representative else "no",
+                    m.max_rel_error,
+                    f"{m.min_argmax_agreement:.0%}",
+                    f"{m.min_size_fraction:.0%} of float32 weights",
+                ]
+                for m in MODES.values()
+            ],
+        )
+    )
     model = make_outlier_model(out_dir / "outlier_savedmodel")
     results = compare_modes(model)
     section.tables.append(
@@ -86,7 +114,7 @@ def quantization_part(section: Section, out_dir: Path) -> None:
             [
                 [
                     r.mode,
-                    human_bytes(r.size_bytes),
+                    format_bytes(r.size_bytes, binary=True),
                     round(1e3 * r.latency_ms, 1),
                     100 * r.agreement,
                     r.max_logit_error,

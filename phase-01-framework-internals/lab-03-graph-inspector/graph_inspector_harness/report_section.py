@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from phase01_common.report import Check, Image, Section, Table, step
+from phase01_common.units import format_bytes
 
 from graph_inspector_harness.report_parts import (
     concepts_part,
@@ -112,8 +113,6 @@ def build_section(out_dir: Path, quick: bool) -> Section:
 
 def headline(pipeline: Any, retraces: tuple[int, int], graph: str) -> list[tuple[str, str]]:
     """The section's key figures: TFLite accuracy and size, retraces explained, the graph."""
-    from graph_inspector.units import human_bytes
-
     lines = []
     if pipeline is not None:
         acc, sizes = pipeline.accuracy, pipeline.sizes
@@ -121,8 +120,8 @@ def headline(pipeline: Any, retraces: tuple[int, int], graph: str) -> list[tuple
             (
                 "BERT-tiny TFLite dev accuracy, float32 / dynamic-range (TF)",
                 f"{100 * acc['tflite_float32']:.2f}% / {100 * acc['tflite_dynamic_range']:.2f}% "
-                f"({100 * acc['tf']:.2f}%), {human_bytes(sizes['tflite_float32'])} / "
-                f"{human_bytes(sizes['tflite_dynamic_range'])}",
+                f"({100 * acc['tf']:.2f}%), {format_bytes(sizes['tflite_float32'], binary=True)} / "
+                f"{format_bytes(sizes['tflite_dynamic_range'], binary=True)}",
             )
         )
     else:
@@ -142,7 +141,12 @@ def _graph_part(section: Section, out_dir: Path, quick: bool) -> str:
     import tensorflow as tf
     from graph_inspector.bert import BertConfig, BertForSequenceClassification
     from graph_inspector.inspect_graph import trace_and_inspect
-    from graph_inspector.render import draw_full_graph_svg, draw_scope_overview_svg
+    from graph_inspector.render import (
+        draw_full_graph_svg,
+        draw_scope_overview_svg,
+        plot_op_histogram,
+        to_dot,
+    )
 
     config = BertConfig()
     seq_len = 64 if quick else 128
@@ -156,9 +160,9 @@ def _graph_part(section: Section, out_dir: Path, quick: bool) -> str:
 
     overview = draw_scope_overview_svg(report, out_dir / "bert_tiny_funcgraph.svg")
     full = draw_full_graph_svg(report, out_dir / "bert_tiny_funcgraph_full.svg")
-    histogram = report.plot_op_histogram(out_dir / "bert_tiny_op_histogram.png")
+    histogram = plot_op_histogram(report, out_dir / "bert_tiny_op_histogram.png")
     (out_dir / "bert_tiny_funcgraph.json").write_text(report.to_json())
-    (out_dir / "bert_tiny_funcgraph.dot").write_text(report.to_dot(hide_ops=("Const", "NoOp")))
+    (out_dir / "bert_tiny_funcgraph.dot").write_text(to_dot(report, hide_ops=("Const", "NoOp")))
     section.images.append(
         Image(
             overview,
@@ -218,8 +222,8 @@ def _cost_part(section: Section, report: Any, model: Any, config: Any, seq_len: 
         Check(
             "graph reads the model's variables (no initial values baked in)",
             var_count == len(model.weights) and var_bytes == params,
-            f"{var_count} captured variables, {var_bytes / 1e6:.2f} MB "
-            f"(model: {len(model.weights)} weights, {params / 1e6:.2f} MB)",
+            f"{var_count} captured variables, {format_bytes(var_bytes)} "
+            f"(model: {len(model.weights)} weights, {format_bytes(params)})",
         )
     )
     section.checks.append(

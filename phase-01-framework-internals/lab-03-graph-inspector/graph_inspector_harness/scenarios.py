@@ -19,6 +19,8 @@ from typing import Any
 
 from graph_inspector.retrace import RetraceLog, explain_retracing
 
+from graph_inspector_harness.retrace_fix import module_with_a_method, tensorflow
+
 
 @dataclass
 class ScenarioResult:
@@ -51,14 +53,8 @@ class ScenarioResult:
         )
 
 
-def _tf() -> Any:
-    import tensorflow as tf
-
-    return tf
-
-
 def new_shape() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     @tf.function
     def normalize(x):
@@ -72,7 +68,7 @@ def new_shape() -> ScenarioResult:
 
 
 def new_dtype() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     @tf.function
     def double(x):
@@ -85,7 +81,7 @@ def new_dtype() -> ScenarioResult:
 
 
 def new_python_value() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     @tf.function
     def dropout_layer(x, training):
@@ -101,7 +97,7 @@ def new_python_value() -> ScenarioResult:
 
 
 def new_closure_argument() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     @tf.function
     def apply(x, activation):
@@ -119,7 +115,7 @@ def new_closure_argument() -> ScenarioResult:
 
 
 def redefined_in_loop() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     def scaled(x):
         return x * scale  # noqa: B023 - the closure over the loop variable is the point
@@ -153,7 +149,7 @@ class _ValueConfig:
 
 
 def object_identity() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     @tf.function
     def sgd_update(grad, config):
@@ -166,7 +162,7 @@ def object_identity() -> ScenarioResult:
 
 
 def unhashable_object() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     @tf.function
     def sgd_update(grad, config):
@@ -187,7 +183,7 @@ def unhashable_object() -> ScenarioResult:
 
 
 def variable_on_later_call() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     class Scaler(tf.Module):
         @tf.function
@@ -215,7 +211,7 @@ def variable_on_later_call() -> ScenarioResult:
 
 
 def stale_closure() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
     threshold = 0.5
 
     @tf.function
@@ -235,7 +231,7 @@ def stale_closure() -> ScenarioResult:
 
 
 def traced_before_monitoring() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     @tf.function
     def double(x):
@@ -248,7 +244,7 @@ def traced_before_monitoring() -> ScenarioResult:
 
 
 def python_value_under_reduce_retracing() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     @tf.function(reduce_retracing=True)
     def shift(x, flag):
@@ -267,25 +263,8 @@ def python_value_under_reduce_retracing() -> ScenarioResult:
     )
 
 
-def module_with_a_method() -> type:
-    """A new ``tf.Module`` class (a fresh class, so a fresh trace cache) whose ``step`` is a
-    ``tf.function`` method reading one variable."""
-    tf = _tf()
-
-    class Model(tf.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.w = tf.Variable(2.0)
-
-        @tf.function
-        def step(self, x: Any) -> Any:
-            return x + self.w
-
-    return Model
-
-
 def method_on_new_instance() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     Model = module_with_a_method()  # noqa: N806 - a class
     first, second = Model(), Model()
@@ -299,7 +278,7 @@ def method_on_new_instance() -> ScenarioResult:
 
 
 def container_type_changed() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     @tf.function
     def total(batch):
@@ -312,7 +291,7 @@ def container_type_changed() -> ScenarioResult:
 
 
 def composite_tensors() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     @tf.function
     def ragged_sum(r):
@@ -341,7 +320,7 @@ class _FrozenConfig:
 
 
 def object_value() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     @tf.function
     def sgd_update(grad, config):
@@ -357,7 +336,7 @@ def object_value() -> ScenarioResult:
 
 
 def fix_input_signature() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32)])
     def normalize(x):
@@ -370,7 +349,7 @@ def fix_input_signature() -> ScenarioResult:
 
 
 def fix_reduce_retracing() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     @tf.function(reduce_retracing=True)
     def normalize(x):
@@ -384,7 +363,7 @@ def fix_reduce_retracing() -> ScenarioResult:
 
 
 def fix_tensor_not_python() -> ScenarioResult:
-    tf = _tf()
+    tf = tensorflow()
 
     @tf.function
     def scale(x, factor):
@@ -426,7 +405,9 @@ def run_all() -> list[ScenarioResult]:
 
 def fix_scenarios() -> dict[tuple[str, str], Callable[[], Any]]:
     """Every fix the monitor can suggest, applied to its scenario: (rule, fix key) -> run."""
-    from graph_inspector_harness import fix_scenarios_objects  # noqa: F401 - registers its cases
-    from graph_inspector_harness.fix_scenarios import FIX_SCENARIOS
+    # Importing the two scenario modules registers their cases in FIX_SCENARIOS.
+    import graph_inspector_harness.fix_scenarios
+    import graph_inspector_harness.fix_scenarios_objects  # noqa: F401
+    from graph_inspector_harness.retrace_fix import FIX_SCENARIOS
 
     return dict(FIX_SCENARIOS)

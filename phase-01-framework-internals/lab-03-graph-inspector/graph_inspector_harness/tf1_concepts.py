@@ -1,4 +1,4 @@
-"""TF1 and SavedModel concepts as running code (issue 15a).
+"""TF1 and SavedModel concepts as running code.
 
 1. The same small model run two ways: a TF1 graph (``tf.compat.v1``: placeholders, variables,
    ``Session.run`` with feeds and fetches) and a TF2 ``tf.function``: equal outputs, and what

@@ -162,7 +162,8 @@ def _write_tiny_hf_checkpoint(folder: Path, stored_layers: int, **extra: np.ndar
 
 
 def test_load_hf_bert_rejects_weights_the_config_does_not_use(tmp_path):
-    # Regression: a 2-layer config over 3-layer weights loaded and silently dropped layer 2.
+    # Weights the config does not use (a third layer under a 2-layer config) are refused, not
+    # silently dropped.
     _write_tiny_hf_checkpoint(tmp_path / "extra_layer", stored_layers=3)
     with pytest.raises(ValueError, match=r"layers 2 but config.json has num_hidden_layers=2; 16 "):
         load_hf_bert(tmp_path / "extra_layer")
@@ -182,7 +183,7 @@ def test_load_hf_bert_rejects_weights_the_config_does_not_use(tmp_path):
 
 
 def test_load_hf_bert_names_a_corrupt_file(tmp_path):
-    # Regression: a raw JSONDecodeError / SafetensorError that did not say which file.
+    # A corrupt file is named in the error (not a bare JSONDecodeError / SafetensorError).
     _write_tiny_hf_checkpoint(tmp_path / "ckpt", stored_layers=2)
     (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"garbage bytes here")
     with pytest.raises(ValueError, match=r"model.safetensors: not a readable safetensors file"):
@@ -193,7 +194,7 @@ def test_load_hf_bert_names_a_corrupt_file(tmp_path):
 
 
 def test_bert_config_names_a_wrongly_typed_field(tmp_path):
-    # Regression: a string where an int belongs surfaced as a Keras error inside a layer.
+    # A wrongly typed field is named when the config is read, not as a Keras error in a layer.
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "bert", "type_vocab_size": "two"}))
     with pytest.raises(ValueError, match=r"config.json: BertConfig.type_vocab_size must be an int"):

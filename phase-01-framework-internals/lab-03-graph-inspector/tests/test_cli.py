@@ -81,7 +81,7 @@ def test_cli_corrupt_savedmodel_is_one_line(tmp_path, capfd):
     ],
 )
 def test_cli_argument_errors_are_one_line(argv, needle, capsys):
-    # Regression: argparse printed its usage block and a "python -m graph_inspector <cmd>:" prefix.
+    # One line under the program's one name: no usage block, no "python -m ... <cmd>:" prefix.
     assert cli.main(argv) == cli.EXIT_USAGE
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
@@ -99,8 +99,8 @@ def test_cli_argument_errors_are_one_line(argv, needle, capsys):
     ],
 )
 def test_cli_output_paths_are_checked_before_the_work(tmp_path, argv, needle, capsys):
-    # Regression: the paths were only tried after the work (inspect crashed with exit 1 at the
-    # end). The SavedModel here is corrupt, so reaching the work would report that instead.
+    # Output paths are tried before the work, not at its end. The SavedModel here is corrupt,
+    # so a command that reached the work would report that instead.
     sm = tmp_path / "sm"
     sm.mkdir()
     (sm / "saved_model.pb").write_bytes(b"not a protobuf")
@@ -156,7 +156,7 @@ def test_cli_inspect_xla(small_savedmodel, capsys):
 
 @pytest.mark.parametrize("command", ["inspect", "convert", "profile", "quant-debug"])
 def test_cli_unknown_signature_is_one_line(small_savedmodel, tmp_path, command, capsys):
-    # Regression: profile and quant-debug exited 1 (a failed job) for this bad input
+    # An unknown signature is bad input (exit 2) in every command, not a failed job (exit 1).
     extra = {"convert": ["--out", str(tmp_path / "o")], "profile": ["--logdir", str(tmp_path)]}
     argv = [command, str(small_savedmodel), "--signature", "nope", *extra.get(command, [])]
     assert cli.main(argv) == cli.EXIT_USAGE
@@ -174,8 +174,8 @@ def test_cli_unknown_signature_is_one_line(small_savedmodel, tmp_path, command, 
     ],
 )
 def test_cli_unwritable_output_folder_is_refused_before_the_work(small_savedmodel, argv, capsys):
-    # Regression: profile --logdir /proc/nope ran the profile, then failed with exit 1 and
-    # TensorFlow's "NotFoundError: /proc/nope; No such file or directory"
+    # Refused before anything runs, in one line: not after the profile, as TensorFlow's
+    # NotFoundError with exit 1.
     argv = [a.format(sm=small_savedmodel) for a in argv]
     assert cli.main(argv) == cli.EXIT_USAGE
     captured = capsys.readouterr()
@@ -193,8 +193,8 @@ def test_cli_output_folder_check_leaves_no_folder_behind(small_savedmodel, tmp_p
 
 
 def test_quant_debug_that_would_deny_every_layer_says_so(small_savedmodel, capsys):
-    # Regression: on a model this small `--deny` covered every layer and the command failed
-    # with the debugger's "Please check if the quantized model is in debug mode"
+    # A deny list covering every layer leaves nothing for the debugger to run: the command says
+    # so (the float32 model is that fix) instead of passing on the debugger's own error.
     assert cli.main(["quant-debug", str(small_savedmodel), "--deny", "50", "--samples", "8"]) == 0
     out = capsys.readouterr().out
     assert "leaves none in int8: the float32 model is that fix" in out
@@ -214,7 +214,7 @@ def test_selective_int8_denying_every_layer_names_the_problem(small_savedmodel):
         selective_int8(small_savedmodel, calibration, every_layer)
 
 
-# --- issue 17 -----------------------------------------------------------------------------------
+# --- --help, --unknown-dim, convert --signature -------------------------------------------------
 
 
 def test_help_lists_every_command():
@@ -227,8 +227,8 @@ def test_help_lists_every_command():
 
 @pytest.mark.parametrize("value", ["-3", "0"])
 def test_unknown_dim_is_checked_before_any_work(tmp_path, value, capsys):
-    # Regression: `--unknown-dim -3 --xla` printed the whole summary, then a TensorFlow
-    # InvalidArgumentError, exit 1. The SavedModel here is corrupt: reaching the work would say so.
+    # --unknown-dim is checked by the parser, before any summary or XLA compile. The SavedModel
+    # here is corrupt: a command that reached the work would say so.
     (tmp_path / "saved_model.pb").write_bytes(b"not a protobuf")
     assert cli.main(["inspect", str(tmp_path), "--unknown-dim", value, "--xla"]) == cli.EXIT_USAGE
     captured = capsys.readouterr()
@@ -238,7 +238,8 @@ def test_unknown_dim_is_checked_before_any_work(tmp_path, value, capsys):
 
 
 def test_unknown_dim_drives_the_cost_estimate(dynamic_savedmodel, capsys):
-    # Regression: a None batch dimension reported "estimated cost: 0 FLOP" from the command line.
+    # Without --unknown-dim a None batch dimension is not costed (0 FLOP, and the hint says how);
+    # with it, the MatMul is costed at that size.
     assert cli.main(["inspect", str(dynamic_savedmodel)]) == 0
     out = capsys.readouterr().out
     assert "estimated cost: 0 FLOP" in out and "pass --unknown-dim N" in out
@@ -252,8 +253,8 @@ def test_unknown_dim_drives_the_cost_estimate(dynamic_savedmodel, capsys):
 def test_convert_takes_a_signature_and_prints_sizes_in_fitting_units(
     dynamic_savedmodel, tmp_path, capsys
 ):
-    # Regression: convert had no --signature, so a SavedModel without serving_default could not
-    # be converted; and a 2 KB model printed as "0.00 MB".
+    # A SavedModel without serving_default converts through --signature; a model of a few KB is
+    # printed in KiB, not as "0.00 MB".
     out = tmp_path / "out"
     assert cli.main(["convert", str(dynamic_savedmodel), "--out", str(out)]) == cli.EXIT_USAGE
     err = capsys.readouterr().err.strip().splitlines()
@@ -263,8 +264,8 @@ def test_convert_takes_a_signature_and_prints_sizes_in_fitting_units(
     stdout = capsys.readouterr().out
     assert (out / "model_float32.tflite").is_file()
     assert (out / "model_dynamic_range.tflite").is_file()
-    assert re.search(r"float32 .* \d+\.\d KiB ", stdout), stdout
-    assert " MB" not in stdout  # was "0.00 MB"
+    assert re.search(r"float32 .* \d[\d.]* KiB ", stdout), stdout
+    assert " MB" not in stdout
 
 
 def test_tensorboard_suggestion_names_an_installed_tensorboard(small_savedmodel, tmp_path, capsys):
@@ -281,9 +282,9 @@ def test_tensorboard_suggestion_names_an_installed_tensorboard(small_savedmodel,
     assert tensorboard.__version__.startswith("2.")
 
 
-def test_units_fit_the_size():
-    from graph_inspector.units import human_bytes
+def test_model_sizes_print_in_the_unit_that_fits():
+    from phase01_common.units import format_bytes
 
-    assert human_bytes(2_100) == "2.1 KiB"
-    assert human_bytes(17_400_000) == "16.6 MiB"
-    assert human_bytes(512) == "512 B"
+    assert format_bytes(2_100, binary=True) == "2.05 KiB"
+    assert format_bytes(17_400_000, binary=True) == "16.6 MiB"
+    assert format_bytes(512, binary=True) == "512 B"

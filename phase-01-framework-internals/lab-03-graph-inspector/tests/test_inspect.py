@@ -15,6 +15,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import tensorflow as tf  # noqa: E402
 from graph_inspector.inspect_graph import trace_and_inspect  # noqa: E402
+from graph_inspector.render import (  # noqa: E402
+    draw_svg,
+    plot_op_histogram,
+    to_dot,
+    write_tensorboard,
+)
 
 
 def node_of(report, op: str):
@@ -57,8 +63,8 @@ def test_einsum_flops_count_every_point_of_the_index_space():
 @pytest.mark.parametrize(
     ("equation", "shapes", "flops"),
     [
-        # Regression: 12000 (2 per point of i·j·k). The [30,40] operand is summed to a scalar
-        # first (30·40 adds), then multiplied into the 5 outputs (5 multiplies).
+        # Not 2 per point of i·j·k (12000): the [30,40] operand is summed to a scalar first
+        # (30·40 adds), then multiplied into the 5 outputs (5 multiplies).
         ("ij,k->k", [[30, 40], [5]], 30 * 40 + 5),
         # k lives only in the second operand: sum [3,4] over k (12), then a matvec (2·2·3).
         ("ij,jk->i", [[2, 3], [3, 4]], 3 * 4 + 2 * 2 * 3),
@@ -104,8 +110,8 @@ def test_uncostable_ops_are_listed_not_guessed():
 
 
 def test_report_inputs_skip_python_values_in_the_signature():
-    # Regression: a Python value before a tensor shifted the input names (and the count took
-    # captured variables for inputs).
+    # A Python value before a tensor does not shift the input names, and captured variables
+    # are not counted as inputs.
     v = tf.Variable(tf.ones([2, 3]))
 
     @tf.function
@@ -140,7 +146,8 @@ def test_nested_tf_function_calls_are_expanded():
 
 
 def test_cond_and_while_bodies_are_listed_but_not_totalled():
-    # Regression: the ops inside tf.cond branches and tf.while_loop bodies were missing.
+    # The ops inside tf.cond branches and tf.while_loop bodies are listed (their run count is
+    # unknown statically, so they stay out of the totals).
     @tf.function
     def f(x, n):
         y = tf.cond(tf.reduce_sum(x) > 0, lambda: tf.nn.relu(x), lambda: -x)
@@ -183,16 +190,16 @@ def test_json_dot_tensorboard_and_drawing(tmp_path):
     first = data["nodes"][0]
     assert set(first) >= {"name", "op", "inputs", "outputs", "cost"}
     # Byte-identical JSON across processes: test_graph_json_identical_in_two_processes.
-    dot = report.to_dot()
+    dot = to_dot(report)
     assert dot.startswith("digraph")
     # Edges read back from the DOT text, by node name (the second line of each label).
     names = dict(re.findall(r'^  (n\d+) \[label="[^\\]*\\n([^\\"]*)', dot, re.M))
     edges = {(names[a], names[b]) for a, b in re.findall(r"^  (n\d+) -> (n\d+);", dot, re.M)}
     assert edges == {("x", "MatMul"), ("ones", "MatMul"), ("MatMul", "Relu"), ("Relu", "Identity")}
-    drawing = report.render(tmp_path / "graph")
+    drawing = draw_svg(report, tmp_path / "graph")
     assert drawing.exists() and drawing.stat().st_size > 1000
-    assert report.plot_op_histogram(tmp_path / "hist.png").exists()
-    logdir = report.write_tensorboard(tmp_path / "tb")
+    assert plot_op_histogram(report, tmp_path / "hist.png").exists()
+    logdir = write_tensorboard(report, tmp_path / "tb")
     assert list(logdir.glob("events.out.tfevents.*"))
 
 
@@ -219,7 +226,7 @@ def test_variable_captured_by_reference_python_value_by_value():
     assert demo.traces == 2
 
 
-# --- issue 17: unknown dimensions, the readable drawing ------------------------------------------
+# --- unknown dimensions, the readable drawing ----------------------------------------------------
 
 
 def test_unknown_dim_costs_a_none_batch_like_a_fixed_one():
@@ -259,7 +266,7 @@ def test_funcgraph_drawn_as_readable_svg_grouped_by_name_scope(tmp_path):
     assert len(full_boxes) > 3 * len(boxes)  # the whole graph, one click away
 
 
-# --- issue 15e: MLIR stage by stage, the MLIR bridge on and off ----------------------------------
+# --- MLIR stage by stage, the MLIR bridge on and off ---------------------------------------------
 
 
 def _two_layer():

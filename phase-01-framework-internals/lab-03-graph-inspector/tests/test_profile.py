@@ -1,4 +1,4 @@
-"""The TF Profiler joined with the cost model, and the roofline probe (issue 15d)."""
+"""The TF Profiler joined with the cost model, and the roofline probe."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Every TFLite mode, the gate, and the quantization debugger on a planted outlier (issue 15b/c)."""
+"""Every TFLite mode of the modes table, its gate, and the quantization debugger finding a planted
+outlier layer."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from graph_inspector import cli  # noqa: E402
 from graph_inspector.errors import ConversionError  # noqa: E402
 from graph_inspector.quant_debug import deny_list  # noqa: E402
+from graph_inspector.quant_modes import MODES  # noqa: E402
 from graph_inspector.savedmodel import load_serving_fn, signature_param_bytes  # noqa: E402
 from graph_inspector.tflite import (  # noqa: E402
-    ALL_QUANTIZATIONS,
     convert_savedmodel_to_tflite,
     representative_from,
     validate_tflite,
@@ -50,7 +51,7 @@ def _gate(model, content, mode):
 def test_every_mode_passes_the_gate_on_a_model_without_outliers(tmp_path):
     plain = make_outlier_model(tmp_path / "plain", gain=1.0)
     calibration = representative_from({"x": plain.inputs[:100]})
-    for mode in ALL_QUANTIZATIONS:
+    for mode in MODES:
         content = convert_savedmodel_to_tflite(plain.folder, mode, representative=calibration)
         report = _gate(plain, content, mode)
         assert report.ok and report.argmax_agreement >= 0.9, (mode, report)
@@ -81,7 +82,7 @@ def test_outlier_breaks_int8_the_debugger_finds_the_layer_and_float_fixes_it(
 
 def test_modes_side_by_side_on_the_outlier_model(outlier, outlier_conversions):
     results = {r.mode: r for r in compare_modes(outlier, 5, outlier_conversions)}
-    assert set(ALL_QUANTIZATIONS) < set(results)
+    assert set(MODES) < set(results)
     assert results["float32"].gate == results["float16"].gate == "pass"
     assert results["int8"].gate != "pass" and results["int8"].agreement < 0.5
     assert results["dynamic_range"].gate != "pass"  # activations quantized per call: same outlier

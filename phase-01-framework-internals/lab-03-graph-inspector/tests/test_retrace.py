@@ -68,7 +68,8 @@ def test_explain_retracing_restores_tf_function_call():
 
 
 def test_retrace_of_a_function_traced_before_monitoring():
-    # Regression: the first monitored retrace was reported as "first call", 0 retraces.
+    # A trace made before monitoring counts: the first monitored trace is a retrace, not a
+    # "first call".
     result = retrace_scenarios.traced_before_monitoring()
     text = result.log.report()
     assert "first call" not in text, text
@@ -77,7 +78,8 @@ def test_retrace_of_a_function_traced_before_monitoring():
 
 
 def test_retrace_monitor_stores_the_generalized_trace_of_reduce_retracing():
-    # Regression: the stored trace kept the call's [4,3], so a Python-value retrace also blamed x.
+    # The monitor stores the generalized trace (x: [None,3]), so a later Python-value retrace
+    # blames the flag alone, not x as well.
     result = retrace_scenarios.python_value_under_reduce_retracing()
     traced = [r for r in result.log.records if r.new_traces]
     assert [(c.arg, c.kind) for c in traced[-1].causes] == [("flag", "python value")]
@@ -86,9 +88,9 @@ def test_retrace_monitor_stores_the_generalized_trace_of_reduce_retracing():
 
 
 def test_saving_retrace_is_explained_by_the_call_context(tmp_path):
-    # Regression: Keras's ExportArchive (tf.saved_model.save) traces a model's tf.function call
-    # again with the same arguments; the monitor said "unexplained". TF keys traces by the
-    # call context too, and saving runs the call inside its save context.
+    # Keras's ExportArchive (tf.saved_model.save) traces a model's tf.function call again with
+    # the same arguments: TF keys traces by the call context too, and saving runs the call
+    # inside its save context. The monitor names that cause rather than "unexplained".
     class Model(keras.Model):
         def __init__(self):
             super().__init__()
@@ -118,8 +120,8 @@ def test_saving_retrace_is_explained_by_the_call_context(tmp_path):
 
 
 def test_explain_retracing_of_a_class_method_watches_every_instance():
-    # Regression: explain_retracing(Model.step) watched nothing; a second instance was blamed on
-    # "a new tf.function object" with the advice to hoist it.
+    # explain_retracing(Model.step) watches every instance's bound copy, and a second instance
+    # is named as such (not "a new tf.function object" with the advice to hoist it).
     result = retrace_scenarios.method_on_new_instance()
     assert result.traces == 2 == result.tf_tracing_count
     second = result.log.records[1]
@@ -139,14 +141,15 @@ def test_explain_retracing_of_a_class_method_watches_every_instance():
 
 
 def test_retrace_names_a_container_type_change():
-    # Regression: a list replaced by a tuple was "unexplained" (the same leaf paths).
+    # A list replaced by a tuple has the same leaf paths: the container type is the cause.
     result = retrace_scenarios.container_type_changed()
     text = result.log.report()
     assert "batch['b']: now tuple, before list" in text and "unexplained" not in text
 
 
 def test_composite_tensor_arguments_are_keyed_by_type_spec():
-    # Regression: RaggedTensor was "unhashable", SparseTensor "object identity".
+    # RaggedTensor and SparseTensor are keyed by their TypeSpec, as TF does: neither
+    # "unhashable" nor "object identity".
     from graph_inspector.retrace import describe
 
     result = retrace_scenarios.composite_tensors()
@@ -159,8 +162,8 @@ def test_composite_tensor_arguments_are_keyed_by_type_spec():
 
 
 def test_keras_variable_argument_is_keyed_like_a_tensor():
-    # Regression: a keras.Variable was "unhashable" with advice to define __hash__; TF keys it by
-    # a TensorSpec, so a tensor of the same shape reuses its trace.
+    # TF keys a keras.Variable by a TensorSpec (not by hash), so a tensor of the same shape
+    # reuses its trace.
     @tf.function
     def g(v):
         return v * 2.0
@@ -177,7 +180,7 @@ def test_keras_variable_argument_is_keyed_like_a_tensor():
 
 
 def test_object_hashed_by_value_is_not_called_identity():
-    # Regression: a frozen dataclass changing value was labelled [object identity].
+    # A frozen dataclass is hashed by value: a change of value is "object value", not identity.
     result = retrace_scenarios.object_value()
     assert result.found("config", "object value")
     assert "object identity" not in result.log.report()
@@ -190,7 +193,7 @@ def test_numpy_arguments_are_described_like_tensors():
     assert describe(tf.zeros([2], tf.int32)).key == describe(np.zeros([2], np.int32)).key
 
 
-# --- issue 17: every suggested fix works, eager calls, TF's own warning --------------------------
+# --- every suggested fix works, eager calls, TF's own warning ------------------------------------
 
 
 def _fix_scenarios():
@@ -223,8 +226,9 @@ def test_suggested_fix_removes_the_retrace_and_keeps_the_outputs(key):
 
 
 def test_variable_with_changing_shape_is_told_reduce_retracing_not_input_signature():
-    # Regression: the monitor suggested input_signature=[tf.TensorSpec([None], tf.float32)],
-    # which hands the function a tensor: 'SymbolicTensor' object has no attribute 'assign_add'.
+    # input_signature=[tf.TensorSpec([None], tf.float32)] would hand the function a tensor
+    # ('SymbolicTensor' object has no attribute 'assign_add'): for a variable whose shape
+    # changes, reduce_retracing is the fix.
     @tf.function
     def accumulate(v, x):
         v.assign_add(x)

@@ -1,4 +1,4 @@
-"""TF1 Session.run against tf.function, and a SavedModel's signatures and assets (issue 15a)."""
+"""TF1 Session.run against tf.function, and a SavedModel's signatures and assets."""
 
 from __future__ import annotations
 

@@ -123,3 +123,39 @@ def test_convert_rejects_paths_that_are_not_savedmodels(tmp_path):
         convert_savedmodel(tmp_path / "nope", tmp_path / "out")
     with pytest.raises(ConversionError, match="not a SavedModel"):
         convert_savedmodel(tmp_path, tmp_path / "out")
+
+
+def test_each_mode_sets_up_the_converter_from_its_row():
+    from types import SimpleNamespace
+
+    from graph_inspector.quant_modes import DEFAULT_QUANTIZATIONS, MODES
+
+    def converter():
+        return SimpleNamespace(target_spec=SimpleNamespace())
+
+    assert DEFAULT_QUANTIZATIONS == ("float32", "dynamic_range")
+    plain = converter()
+    MODES["float32"].configure(plain, None)
+    assert not hasattr(plain, "optimizations") and vars(plain.target_spec) == {}
+    dynamic = converter()
+    MODES["dynamic_range"].configure(dynamic, None)
+    assert dynamic.optimizations == [tf.lite.Optimize.DEFAULT]
+    assert vars(dynamic.target_spec) == {}  # Optimize.DEFAULT alone: dynamic range
+    half = converter()
+    MODES["float16"].configure(half, None)
+    assert half.target_spec.supported_types == [tf.float16]
+    data = lambda: iter(())  # noqa: E731 - a representative dataset
+    for name, kernels in (
+        ("int8", tf.lite.OpsSet.TFLITE_BUILTINS_INT8),
+        ("int16x8", tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8),
+    ):
+        full = converter()
+        MODES[name].configure(full, data)
+        assert full.representative_dataset is data
+        assert full.target_spec.supported_ops == [kernels, tf.lite.OpsSet.TFLITE_BUILTINS]
+        with pytest.raises(ValueError, match="needs a representative dataset"):
+            MODES[name].configure(converter(), None)
+    # the gate tightens where the precision is higher
+    assert MODES["float32"].max_rel_error < MODES["float16"].max_rel_error
+    assert MODES["float16"].max_rel_error < MODES["dynamic_range"].max_rel_error
+    assert MODES["float32"].min_size_fraction > MODES["float16"].min_size_fraction
