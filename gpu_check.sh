@@ -30,10 +30,10 @@
 #
 # --dry-run runs each step at tiny sizes on the CPU and then checks the JSON (every step
 # present and ok); tools/test_gpu_check.py runs it in `make test`. Nothing is installed: the
-# packages are found through PYTHONPATH (tools/ and inference-pipeline/). Python packages the
-# GPU machine lacks can travel as wheels in .whl/ (see the device notes); they are installed
-# into a temporary folder first. A step whose module is missing records "skipped: <module>
-# missing" instead of failing.
+# packages are found through PYTHONPATH (tools/, inference-pipeline/ and phase01_common).
+# Python packages the GPU machine lacks can travel as wheels in .whl/ (see the device notes);
+# they are installed into a temporary folder first. A step whose module is missing records
+# "skipped: <module> missing" instead of failing.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")" && pwd)
 DRY_RUN=0
@@ -57,7 +57,7 @@ STEPS="$WORK/steps.tsv"
 START=$(date +%s)
 DEADLINE=$(( START + BUDGET_S - REPORT_S ))
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export PYTHONPATH="$ROOT/tools:$ROOT/inference-pipeline${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$ROOT/tools:$ROOT/inference-pipeline:$ROOT/phase-01-framework-internals/common${PYTHONPATH:+:$PYTHONPATH}"
 # The dry run measures nothing: one thread per process keeps it quick on a shared machine
 # (two threads spin against other jobs' load).
 (( DRY_RUN )) && export OMP_NUM_THREADS=1

@@ -22,9 +22,9 @@
 #
 # Works offline with any Python torch supports (3.10-3.12; the GPU machine has 3.12): needs
 # python with a CUDA build of torch, setuptools, nvcc and ninja. Nothing is installed: the
-# library is built in place and both packages (warp_softmax, warp_softmax_harness) are found
-# from this folder through PYTHONPATH. If pytest is not installed, gpu/mini_pytest.py runs the
-# tests instead.
+# library is built in place and the packages (warp_softmax, warp_softmax_harness, and
+# phase01_common from ../common) are found through PYTHONPATH. If pytest is not installed,
+# gpu/mini_pytest.py runs the tests instead.
 set -uo pipefail
 DRY_RUN=0
 case "${1:-}" in
@@ -33,7 +33,8 @@ case "${1:-}" in
   *) echo "gpu_check.sh: unknown argument '$1' (expected --dry-run or nothing)" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# The lab and phase01_common (the harness times with its toolkit), nothing installed.
+export PYTHONPATH="$PWD:$(cd ../common && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
 OUT=${OUT:-gpu_results}
 BUDGET_S=${BUDGET_S:-290}

@@ -31,11 +31,11 @@ from gpu_check import minilm, project_apis
 from gpu_check.common import (
     StepArgs,
     StepRecord,
+    latency_ms,
     parse_args,
-    percentiles_ms,
     pick_device,
     run_step,
-    time_calls,
+    time_on_device,
 )
 
 SEQUENCE = 128
@@ -49,7 +49,7 @@ class Sizes:
     documents: int
     seconds_per_level: float
     warmup_s: float
-    model_time_calls: int  # timed calls of the model alone, per batch size
+    model_time_rounds: int  # interleaved rounds timing the model alone at batch 1 and 8
 
 
 FULL = Sizes(minilm.MINILM_L6, 256, 3.0, 0.5, 50)
@@ -132,7 +132,7 @@ async def closed_loop(
         "throughput_rps": len(latencies) / elapsed,
         "avg_batch": rows / executions if executions else 0.0,
         "compute_ms_per_batch": compute / executions * 1e3 if executions else 0.0,
-    } | percentiles_ms(latencies or [float("nan")])
+    } | latency_ms(latencies)
     return level, answers
 
 
@@ -147,12 +147,14 @@ def measure(args: StepArgs, record: StepRecord) -> str:
     docs = minilm.make_documents(sizes.documents, vocab, SEQUENCE, SEQUENCE, seed=3)
     model = Model(docs, sizes.model, device)
     # What batching can buy at most: the model's own time at batch 1 and 8 (no batcher).
-    compute = {}
-    for batch in (1, 8):
-        call = lambda batch=batch: model.run(list(range(batch)))  # noqa: E731
-        compute[f"batch_{batch}_p50_ms"] = time_calls(call, device, 2, sizes.model_time_calls)[
-            "p50_ms"
-        ]
+    timings = time_on_device(
+        {f"batch_{b}": lambda b=b: model.run(list(range(b))) for b in (1, 8)},
+        device,
+        warmup=2,
+        rounds=sizes.model_time_rounds,
+    )
+    compute = {f"{name}_p50_ms": timings.median(name) * 1e3 for name in timings.samples}
+    compute["batch_8_vs_batch_1"] = timings.ratio("batch_1", "batch_8")
     record.set(model_time=compute)
     expected = model.fingerprints(docs.input_ids.to(device)).cpu().numpy()
     record.set(distinct_fingerprints=len(set(expected.tolist())) == len(docs))

@@ -8,10 +8,11 @@ pipeline's own gates (``inference_pipeline.gates.apply_gates``, thresholds ``GAT
 variants with the FP32 gates (logits within 1e-4), FP16 with the FP16 gates (logits within
 1e-2, argmax agreement, embedding cosine, accuracy drop, a text alone vs in a batch), BF16 with
 the reduced-precision gates without the FP16 logit limit (BF16 keeps 8 mantissa bits to FP16's
-11; its logit difference is recorded all the same). Then it is timed: p50/p90/p99 of single
-calls, the device synchronized after each (the latency a request sees). Variants run in value
-order (FP16 first after the reference), and a variant that the step's remaining budget cannot
-fit is recorded as skipped, so a short lease still returns the first rows.
+11; its logit difference is recorded all the same). Then it is timed beside the reference, in
+interleaved rounds (``phase01_common.timing``): p50/p90/p99 of single calls, the device
+synchronized around each (the latency a request sees), and the ratio of the medians. Variants
+run in value order (FP16 first after the reference), and a variant that the step's remaining
+budget cannot fit is recorded as skipped, so a short lease still returns the first rows.
 
 The gate batches have the timed shapes (batch 8 and batch 1, padded to 128 tokens, each
 document its own length inside that), so a compiled variant compiles exactly two graphs.
@@ -22,14 +23,22 @@ from __future__ import annotations
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
 from inference_pipeline.gates import GATES, Evaluation, GateSet, apply_gates
 
 from gpu_check import minilm
-from gpu_check.common import StepArgs, StepRecord, parse_args, pick_device, run_step, time_calls
+from gpu_check.common import (
+    StepArgs,
+    StepRecord,
+    latency_ms,
+    parse_args,
+    pick_device,
+    run_step,
+    time_on_device,
+)
 
 BATCHES = (1, 8)
 SEQUENCE = 128
@@ -88,8 +97,8 @@ DRY = Sizes(minilm.TINY, 800, 32, 40, 16, float("inf"), 2e-3, 16, 2, 1, {1: 3, 8
 
 @dataclass
 class Context:
-    """What every variant's measurement shares: the fine-tuned model, the gate documents and
-    the FP32 reference's outputs on them and its p50 per batch size."""
+    """What every variant's measurement shares: the fine-tuned model, the gate documents, and
+    the FP32 reference (its model, timed beside every variant, and its outputs)."""
 
     record: StepRecord
     sizes: Sizes
@@ -99,7 +108,7 @@ class Context:
     gate_docs: minilm.Documents
     gate_set: GateSet
     reference: Evaluation | None = None
-    reference_p50: dict[int, float] = field(default_factory=dict)
+    reference_model: torch.nn.Module | None = None
 
 
 def gate_precision(dtype: str) -> str:
@@ -147,7 +156,7 @@ def timing_inputs(sizes: Sizes, batch: int, device) -> tuple[torch.Tensor, torch
 def measure_variant(variant: Variant, context: Context) -> None:
     """Gate ``variant`` against the FP32 reference, then time it at each batch size."""
     record, sizes, device = context.record, context.sizes, context.device
-    reference, reference_p50 = context.reference, context.reference_p50
+    reference = context.reference
     started = time.perf_counter()
     model, backend = prepare(variant, context.trained, device, context.dry_run)
     gates = {}
@@ -170,19 +179,18 @@ def measure_variant(variant: Variant, context: Context) -> None:
     prepared_s = time.perf_counter() - started
     for batch in BATCHES:
         ids, mask = timing_inputs(sizes, batch, device)
+        calls = {"reference": lambda ids=ids, mask=mask: context.reference_model(ids, mask)}
+        if variant != REFERENCE:  # timed beside the reference, interleaved, in the same run
+            calls[variant.name] = lambda ids=ids, mask=mask: model(ids, mask)
         with torch.inference_mode():
-            latency = time_calls(
-                lambda ids=ids, mask=mask: model(ids, mask),
-                device,
-                sizes.warmup,
-                sizes.iterations[batch],
-            )
-        if variant == REFERENCE:
-            reference_p50[batch] = latency["p50_ms"]
+            timings = time_on_device(calls, device, sizes.warmup, sizes.iterations[batch])
+        name = variant.name if variant != REFERENCE else "reference"
+        latency = latency_ms(timings.samples[name])
         row = asdict(variant) | {"status": "ok", "backend": backend, "batch": batch}
         row |= latency | gates
         row["ms_per_row"] = latency["p50_ms"] / batch
-        row["speedup_vs_fp32_eager"] = reference_p50[batch] / latency["p50_ms"]
+        row["speedup_vs_fp32_eager"] = timings.ratio(name, "reference")
+        row["fp32_eager_p50_ms_same_run"] = timings.median("reference") * 1e3
         row["gates_and_compile_s"] = round(prepared_s, 2)
         record.add_row(row)
         print(
@@ -208,8 +216,10 @@ def measure(args: StepArgs, record: StepRecord) -> str:
         trained, train, sizes.train_steps, sizes.train_batch, device, sizes.train_seconds, sizes.lr
     )
     context = Context(record, sizes, device, args.dry_run, trained, gate_docs, gate_set)
-    reference_model, _ = prepare(REFERENCE, trained, device, args.dry_run)
-    context.reference = reference = evaluate(reference_model, gate_docs, sizes.alone, device)
+    context.reference_model, _ = prepare(REFERENCE, trained, device, args.dry_run)
+    context.reference = reference = evaluate(
+        context.reference_model, gate_docs, sizes.alone, device
+    )
     record.set(
         fine_tune={
             "steps": len(losses),

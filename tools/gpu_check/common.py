@@ -7,7 +7,6 @@ which the report shows as cut short.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -19,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from phase01_common.cli import OneLineArgumentParser, OutputPathError, check_out_file
+from phase01_common.stats import percentiles
+from phase01_common.timing import Timings, time_interleaved
 
 # Seconds a step keeps in hand to write its record after its last measurement.
 FINISH_MARGIN_S = 5.0
@@ -32,7 +34,7 @@ class StepArgs:
 
 
 def parse_args(prog: str, description: str, argv: list[str] | None = None) -> StepArgs:
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = OneLineArgumentParser(prog=prog, description=description)
     parser.add_argument("--out", type=Path, required=True, help="the step's JSON record")
     parser.add_argument("--budget-s", type=float, required=True, help="the step's time limit")
     parser.add_argument(
@@ -41,8 +43,10 @@ def parse_args(prog: str, description: str, argv: list[str] | None = None) -> St
     args = parser.parse_args(argv)
     if args.budget_s <= 0:
         parser.error(f"--budget-s must be positive, got {args.budget_s:g}")
-    if args.out.is_dir():
-        parser.error(f"--out {args.out} is a folder; give a file name")
+    try:
+        check_out_file(args.out, "--out")
+    except OutputPathError as exc:
+        parser.error(str(exc))
     return StepArgs(args.out, args.budget_s, args.dry_run)
 
 
@@ -154,28 +158,34 @@ def synchronize(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def percentiles_ms(seconds: list[float]) -> dict[str, float]:
-    """p50, p90 and p99 of ``seconds``, in milliseconds, with the sample count."""
-    ms = np.asarray(seconds, dtype=np.float64) * 1e3
-    p50, p90, p99 = np.percentile(ms, [50, 90, 99])
-    return {"p50_ms": float(p50), "p90_ms": float(p90), "p99_ms": float(p99), "runs": len(ms)}
+def latency_ms(seconds: list[float]) -> dict[str, float]:
+    """p50, p90 and p99 of ``seconds`` in milliseconds (``p50_ms``...), with the count."""
+    return {f"{k}_ms": v for k, v in percentiles(seconds, scale=1e3).items()} | {
+        "runs": len(seconds)
+    }
 
 
-def time_calls(
-    call: Callable[[], object], device, warmup: int, iterations: int
-) -> dict[str, float]:
-    """Latency of ``call()`` as a caller sees it: the device is synchronized after every call
-    (a request's answer is only there once its kernels have finished)."""
-    for _ in range(warmup):
-        call()
-    synchronize(device)
-    samples = []
-    for _ in range(iterations):
+def device_timer(device) -> Callable[[Callable[[], object]], float]:
+    """A timer for ``phase01_common.timing.time_interleaved``: one call as a caller sees it,
+    the device synchronized before and after (a request's answer is only there once its
+    kernels have finished)."""
+
+    def timer(call: Callable[[], object]) -> float:
+        synchronize(device)
         begin = time.perf_counter()
         call()
         synchronize(device)
-        samples.append(time.perf_counter() - begin)
-    return percentiles_ms(samples)
+        return time.perf_counter() - begin
+
+    return timer
+
+
+def time_on_device(
+    calls: dict[str, Callable[[], object]], device, warmup: int, rounds: int
+) -> Timings:
+    """Every call of ``calls`` timed in interleaved rounds (the shared loop: the order reversed
+    every other round), each sample synchronized on ``device``."""
+    return time_interleaved(calls, rounds=rounds, warmup=warmup, timer=device_timer(device))
 
 
 def run_step(step: str, args: StepArgs, body: Callable[[StepRecord], str]) -> int:
