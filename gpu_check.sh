@@ -57,7 +57,10 @@ STEPS="$WORK/steps.tsv"
 START=$(date +%s)
 DEADLINE=$(( START + BUDGET_S - REPORT_S ))
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export PYTHONPATH="$ROOT/tools:$ROOT/inference-pipeline:$ROOT/phase-01-framework-internals/common${PYTHONPATH:+:$PYTHONPATH}"
+# What the lent machine finds: these folders and its own packages (nothing of ours installed).
+# Each Python step checks that every project package it imported lies in one of them.
+export GPU_CHECK_PYTHONPATH="$ROOT/tools:$ROOT/inference-pipeline:$ROOT/phase-01-framework-internals/common"
+export PYTHONPATH="$GPU_CHECK_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}"
 # The dry run measures nothing: one thread per process keeps it quick on a shared machine
 # (two threads spin against other jobs' load).
 (( DRY_RUN )) && export OMP_NUM_THREADS=1

@@ -44,6 +44,8 @@ def test_every_step_ran_in_order_and_passed(dry_run):
         assert 0 < entry["limit_s"] <= 300
         for check in entry["record"].get("checks", []):
             assert check["passed"], check
+        if entry["step"] != "lab02":  # each Python step found its imports as the GPU will
+            assert entry["record"]["packages_not_on_the_scripts_pythonpath"] == []
     assert report["run"]["dry_run"] is True
     assert report["run"]["seconds"] <= report["run"]["budget_s"] == 600
 
@@ -90,6 +92,7 @@ def test_batcher_sweep_has_both_configs_at_each_concurrency(dry_run):
     assert [c["name"] for c in record["checks"]] == [
         "answers_from_another_requests_row",
         "answers_match_the_document_run_alone_max_abs_logit_diff",
+        "packages_not_on_the_scripts_pythonpath",
     ]
 
 
@@ -212,3 +215,52 @@ def test_report_of_a_run_cut_short_keeps_the_rows_and_names_each_step(tmp_path):
     assert report["steps"][1]["record"]["rows"] == [row]
     assert proc.stdout.strip().splitlines()[-1] == report["summary"]
     assert "## Lab 02" in (out / "gpu_check.md").read_text()
+
+
+def test_a_package_missing_from_the_scripts_pythonpath_fails_the_step(tmp_path):
+    # On the lent machine nothing of ours is installed: a step that imports a package the
+    # script does not put on PYTHONPATH works here (the venv has it) and fails there. The step
+    # says so here, as a failed check naming the package.
+    out = tmp_path / "generation.json"
+    folders = os.pathsep.join(str(ROOT / p) for p in ("tools", "inference-pipeline"))
+    env = os.environ | {"GPU_CHECK_PYTHONPATH": folders, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu_check.generation", "--out", str(out), "--budget-s", "60"]
+        + ["--dry-run"],
+        capture_output=True,
+        text=True,
+        env=env | {"PYTHONPATH": os.pathsep.join([folders, os.environ.get("PYTHONPATH", "")])},
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    record = json.loads(out.read_text())
+    assert record["packages_not_on_the_scripts_pythonpath"] == ["phase01_common"]
+    assert record["reason"] == "checks failed: packages_not_on_the_scripts_pythonpath"
+
+
+def test_lab02_modules_need_only_the_folders_its_script_puts_on_pythonpath():
+    lab = ROOT / "phase-01-framework-internals" / "lab-02-warp-softmax"
+    script = (lab / "gpu_check.sh").read_text()
+    assert 'export PYTHONPATH="$PWD:$(cd ../common && pwd)${PYTHONPATH:+:$PYTHONPATH}"' in script
+    folders = [ROOT / "tools", lab, lab.parent / "common"]  # tools/: the checker itself
+    code = (
+        "import warp_softmax_harness.bench, warp_softmax_harness.check, "
+        "warp_softmax_harness.compare\n"
+        "from gpu_check.common import unreachable_packages\n"
+        "print(unreachable_packages())"
+    )
+    joined = os.pathsep.join(map(str, folders))
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=lab,
+        env=os.environ
+        | {
+            "GPU_CHECK_PYTHONPATH": joined,
+            "PYTHONPATH": os.pathsep.join([joined, os.environ.get("PYTHONPATH", "")]),
+        },
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"

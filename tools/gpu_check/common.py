@@ -7,6 +7,7 @@ which the report shows as cut short.
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import sys
@@ -24,6 +25,9 @@ from phase01_common.timing import Timings, time_interleaved
 
 # Seconds a step keeps in hand to write its record after its last measurement.
 FINISH_MARGIN_S = 5.0
+# Set by gpu_check.sh: the folders it puts on PYTHONPATH (the lent machine installs nothing).
+PYTHONPATH_ENV = "GPU_CHECK_PYTHONPATH"
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,27 @@ def time_on_device(
     return time_interleaved(calls, rounds=rounds, warmup=warmup, timer=device_timer(device))
 
 
+def unreachable_packages() -> list[str] | None:
+    """The project's top-level packages this process imported that the folders gpu_check.sh
+    puts on PYTHONPATH would not find by themselves: on the lent machine nothing is installed,
+    so each of these imports would fail there. None when not run by gpu_check.sh."""
+    folders = os.environ.get(PYTHONPATH_ENV)
+    if folders is None:
+        return None
+    environment_root = Path(sys.prefix).resolve()
+    tops = set()
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        # torch.ops and torch.classes carry a bare file name: they are not files of ours
+        if name.startswith("_") or not file or not Path(file).is_absolute():
+            continue
+        path = Path(file).resolve()
+        if path.is_relative_to(REPOSITORY) and not path.is_relative_to(environment_root):
+            tops.add(name.split(".")[0])
+    paths = folders.split(os.pathsep)
+    return sorted(t for t in tops if importlib.machinery.PathFinder.find_spec(t, paths) is None)
+
+
 def run_step(step: str, args: StepArgs, body: Callable[[StepRecord], str]) -> int:
     """Run ``body(record)``, which returns the final status ("ok", "failed: why" or
     "skipped: why").
@@ -204,6 +229,10 @@ def run_step(step: str, args: StepArgs, body: Callable[[StepRecord], str]) -> in
         traceback.print_exc()
         record.finish("failed", f"{type(exc).__name__}: {exc}")
         return 1
+    unreachable = unreachable_packages()
+    if unreachable is not None:
+        record.set(packages_not_on_the_scripts_pythonpath=unreachable)
+        record.add_check("packages_not_on_the_scripts_pythonpath", len(unreachable), 0, "<=")
     if status.startswith("skipped"):
         record.finish("skipped", status.removeprefix("skipped").lstrip(": "))
         return 0
