@@ -1,34 +1,58 @@
 #!/usr/bin/env bash
-# GPU validation for Lab 02, in one go (about 6 minutes on one H200, never more than 9):
-#   1. build warp_softmax.so against this machine's CUDA torch (the .cu kernels included),
-#   2. run test_lab.py and tests/ (every device-parametrized test also runs on CUDA: softmax,
-#      log_softmax, dtype=, FP8 in and out),
-#   3. `python -m warp_softmax check --device cuda` and the CUDA benchmark (FP8 and dtype= paths
-#      included), and a quick CPU one,
-#   4. run every CUDA kernel path under compute-sanitizer memcheck (where the runtime allows),
-# writing everything to one log: ${OUT:-gpu_results}/gpu_check.log (+ bench JSON/PNG there).
+# GPU validation for Lab 02, in one go; step 1 of the root gpu_check.sh, which gives it about
+# 5 minutes of its 10 (BUDGET_S, default 290 s). Each step's limit, in order:
+#   1. build      150 s  warp_softmax.so against this machine's CUDA torch, the .cu included;
+#   2. tests       60 s  the CUDA half of test_lab.py and tests/ (every device-parametrized test
+#                        on cuda, and test_cuda_kernels_are_used_on_gpu); the CPU half and the
+#                        nvcc/cmake build tests run in `make test`, and the build was step 1;
+#   3. check       40 s  `python -m warp_softmax check --device cuda`: every kernel path, opcheck;
+#   4. bench       90 s  the CUDA benchmark (FP8 and dtype= paths included) -> bench.json/png;
+#   5. sanitizer   60 s  every CUDA kernel path under compute-sanitizer memcheck (where the
+#                        runtime allows the tool).
+# A step gets its limit or what is left of BUDGET_S, whichever is less, so the log always ends
+# with the summary. Output in ${OUT:-gpu_results}: gpu_check.log, build.log, sanitizer.log,
+# bench.json, bench.png, and summary.tsv (one line per step: name, status, seconds), which
+# the root gpu_check.sh reads.
 #
-#   PYTHON=python3 OUT=/some/dir ./gpu_check.sh
+#   PYTHON=python3 OUT=/some/dir ./gpu_check.sh [--dry-run]
+#
+# --dry-run (what `make test` runs, through the root script): no GPU, no build. The existing
+# build is loaded, a small CPU selection of the tests runs, and the sanitizer step runs its
+# kernel-path check on the CPU without the tool; check and bench are recorded as skipped.
 #
 # Works offline with any Python torch supports (3.10-3.12; the GPU machine has 3.12): needs
 # python with a CUDA build of torch, setuptools, nvcc and ninja. Nothing is installed: the
-# library is built in place and both packages (warp_softmax, warp_softmax_harness) are found
-# from this folder through PYTHONPATH. If pytest is not installed, gpu/mini_pytest.py runs the
-# tests instead. Each step gets at most its own limit and never more than what is left of
-# BUDGET_S (default 540 s), so the log always ends with a summary line even on a slow machine.
+# library is built in place and the packages (warp_softmax, warp_softmax_harness, and
+# phase01_common from ../common) are found through PYTHONPATH. If pytest is not installed,
+# gpu/mini_pytest.py runs the tests instead.
 set -uo pipefail
+DRY_RUN=0
+case "${1:-}" in
+  --dry-run) DRY_RUN=1 ;;
+  "") ;;
+  *) echo "gpu_check.sh: unknown argument '$1' (expected --dry-run or nothing)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# The lab and phase01_common (the harness times with its toolkit), nothing installed.
+export PYTHONPATH="$PWD:$(cd ../common && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
 OUT=${OUT:-gpu_results}
-BUDGET_S=${BUDGET_S:-540}
+BUDGET_S=${BUDGET_S:-290}
 mkdir -p "$OUT"
 LOG="$OUT/gpu_check.log"
+TSV="$OUT/summary.tsv"
+: > "$TSV"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}  # H100/H200; add more for other GPUs
-export MAX_JOBS=${MAX_JOBS:-8}
+export MAX_JOBS=${MAX_JOBS:-$(getconf _NPROCESSORS_ONLN)}
 export PYTHONUNBUFFERED=1
 DEADLINE=$(( $(date +%s) + BUDGET_S ))
 declare -a SUMMARY=()
+
+# record NAME STATUS SECONDS: one summary line and one summary.tsv line.
+record() {
+  SUMMARY+=("$1: $2 ($3 s)")
+  printf '%s\t%s\t%s\n' "$1" "$2" "$3" >> "$TSV"
+}
 
 # step NAME LIMIT_S COMMAND...: runs COMMAND with min(LIMIT_S, time left) and records the result.
 step() {
@@ -37,54 +61,74 @@ step() {
   local left=$(( DEADLINE - $(date +%s) ))
   if (( left < 10 )); then
     echo "== $name: SKIPPED (budget spent)"
-    SUMMARY+=("$name: skipped (budget)")
+    record "$name" "skipped: budget spent" 0
     return 1
   fi
   (( limit > left )) && limit=$left
   echo "== $name (limit ${limit} s)"
   local start=$(date +%s) rc
   # timeout runs programs, not shell functions: a child bash gets the exported functions.
-  timeout "$limit" bash -c '"$@"' step "$@"
+  timeout -k 5 "$limit" bash -c '"$@"' step "$@"
   rc=$?
   local took=$(( $(date +%s) - start ))
   case $rc in
-    0) SUMMARY+=("$name: ok (${took} s)") ;;
-    124) SUMMARY+=("$name: TIMED OUT after ${took} s") ;;
-    *) SUMMARY+=("$name: FAILED rc=$rc (${took} s)") ;;
+    0) record "$name" ok "$took" ;;
+    124|137) record "$name" "timed out" "$took" ;;
+    *) record "$name" "failed rc=$rc" "$took" ;;
   esac
   echo "== $name: rc=$rc, ${took} s"
   return "$rc"
+}
+
+# skip NAME REASON: a step the dry run does not run, named in the summary.
+skip() {
+  echo "== $1: skipped ($2)"
+  record "$1" "skipped: $2" 0
+}
+
+show_dispatch() {
+  "$PY" -c "import torch; torch.ops.load_library('warp_softmax/warp_softmax.so'); print(torch._C._dispatch_dump('warp_softmax::softmax'))"
 }
 
 build() {
   rm -rf build warp_softmax/warp_softmax.so
   "$PY" setup.py build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -60 "$OUT/build.log"; return 1; }
   grep -E "nvcc|warp_softmax_cuda" "$OUT/build.log" | tail -2 | cut -c1-300
-  "$PY" -c "import torch; torch.ops.load_library('warp_softmax/warp_softmax.so'); print(torch._C._dispatch_dump('warp_softmax::softmax'))"
+  show_dispatch
 }
 
-tests() {
+# run_tests SELECTION FILES...: the tests of FILES that pytest's -k SELECTION picks (on CUDA
+# with 8 pytest-xdist workers where it is installed).
+run_tests() {
+  local select=$1
+  shift
   if "$PY" -c "import pytest" 2>/dev/null; then
-    "$PY" -m pytest test_lab.py tests -q -p no:cacheprovider -rs --durations=8
+    local parallel=()
+    if [[ $select == cuda* ]] && "$PY" -c "import xdist" 2>/dev/null; then parallel=(-n 8); fi
+    "$PY" -m pytest "$@" -q -p no:cacheprovider -rs -k "$select" "${parallel[@]}"
   else
-    echo "(pytest not installed: using gpu/mini_pytest.py)"
-    "$PY" gpu/mini_pytest.py test_lab.py tests
+    echo "(pytest not installed: using gpu/mini_pytest.py, every test of the files)"
+    "$PY" gpu/mini_pytest.py "$@"
   fi
 }
 
-# compute-sanitizer memcheck over every CUDA kernel path (warp_softmax_harness.compare: check_kernel_paths,
-# check_converting_paths).
+# The kernel paths that compute-sanitizer memcheck runs (warp_softmax_harness.compare).
+kernel_paths_code() {
+  local device=$1 dtypes=$2
+  echo "import torch, warp_softmax
+from warp_softmax_harness.compare import check_converting_paths, check_kernel_paths
+print('cases', check_kernel_paths('$device', $dtypes))
+print('converting cases (dtype=, FP8, log_softmax)', check_converting_paths('$device'))"
+}
+
 # It needs a runtime that exposes the GPU's debugging interface (Firecracker yes, gVisor no):
 # when the tool itself cannot run, say so and do not count it as a kernel failure.
 sanitize() {
   if ! command -v compute-sanitizer > /dev/null; then
     echo "compute-sanitizer not found"; return 0
   fi
-  local code="import torch, warp_softmax
-from warp_softmax_harness.compare import check_converting_paths, check_kernel_paths
-print('cases', check_kernel_paths('cuda', (torch.float32, torch.bfloat16, torch.float16)))
-print('converting cases (dtype=, FP8, log_softmax)', check_converting_paths('cuda'))"
-  compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 "$PY" -c "$code" \
+  compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 "$PY" -c \
+    "$(kernel_paths_code cuda '(torch.float32, torch.bfloat16, torch.float16)')" \
     > "$OUT/sanitizer.log" 2>&1
   local rc=$?
   tail -25 "$OUT/sanitizer.log"
@@ -93,25 +137,38 @@ print('converting cases (dtype=, FP8, log_softmax)', check_converting_paths('cud
   return 0
 }
 
+# The dry run's sanitizer step: the same kernel-path check on the CPU, without the tool.
+sanitize_dry() {
+  "$PY" -c "$(kernel_paths_code cpu '(torch.float32,)')"
+}
+
 export PY OUT
-export -f build tests sanitize
+export -f build show_dispatch run_tests kernel_paths_code sanitize sanitize_dry
 
 {
-  echo "== gpu_check $(date -u +%FT%TZ), budget ${BUDGET_S} s"
-  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv
-  "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
-  nvcc --version | tail -1
-  nproc
-
+  echo "== lab 02 gpu_check $(date -u +%FT%TZ), budget ${BUDGET_S} s$( ((DRY_RUN)) && echo ', dry run')"
+  "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
   status=0
-  if step "build (setup.py build_ext --inplace, CUDA kernels included)" 240 build; then
-    step "tests (test_lab.py and tests/, CPU and CUDA)" 240 tests || status=1
-    step "accuracy sweep and opcheck on CUDA" 60 "$PY" -m warp_softmax check --device cuda || status=1
-    step "CUDA benchmark" 120 "$PY" -m warp_softmax bench --device cuda --out "$OUT" || status=1
-    step "CPU benchmark (quick)" 45 "$PY" -m warp_softmax bench --device cpu --quick --out "$OUT/cpu" || status=1
-    step "compute-sanitizer memcheck, every kernel path" 120 sanitize || status=1
+  if (( DRY_RUN )); then
+    if step "build (dry run: load the existing build)" 30 show_dispatch; then
+      step "tests (dry run: a CPU selection)" 60 run_tests "cpu and edge_shapes" tests/test_values.py || status=1
+      skip "accuracy sweep and opcheck on CUDA" "dry run, no GPU"
+      skip "CUDA benchmark" "dry run, no GPU"
+      step "kernel paths (dry run: on the CPU, no compute-sanitizer)" 60 sanitize_dry || status=1
+    else
+      status=1
+    fi
   else
-    status=1
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv
+    nvcc --version | tail -1
+    if step "build (setup.py build_ext --inplace, CUDA kernels included)" 150 build; then
+      step "tests (the CUDA half of test_lab.py and tests/)" 60 run_tests "cuda and not compiles_with_nvcc and not cmake_build" test_lab.py tests || status=1
+      step "accuracy sweep and opcheck on CUDA" 40 "$PY" -m warp_softmax check --device cuda || status=1
+      step "CUDA benchmark" 90 "$PY" -m warp_softmax bench --device cuda --out "$OUT" || status=1
+      step "compute-sanitizer memcheck, every kernel path" 60 sanitize || status=1
+    else
+      status=1
+    fi
   fi
   echo "== summary"
   printf '  %s\n' "${SUMMARY[@]}"
