@@ -7,11 +7,13 @@ Two kinds behind one interface:
 - ``TensorModel``: the config's tensors as they are (for example lab 03's TFLite model);
   requests share a batch only when their non-batch shapes match.
 Both split a batch into per-request ``prepare`` (on the event loop) and ``run_batch`` (in a
-worker thread, on one model instance).
+worker thread, on one model instance); ``phases[instance]`` holds the last batch's input
+assembly / model run / output split times (the statistics extension's compute_* figures).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ from inference_pipeline.serving.config import (
     TensorSpec,
     serving_config,
 )
+from inference_pipeline.serving.statistics import Phases
 
 V2_TO_NUMPY = {
     "BOOL": np.bool_,
@@ -76,6 +79,7 @@ class ServedModel:
     batching: BatchingSettings
     inputs: tuple[TensorSpec, ...]  # as clients see them (batch dim excluded)
     outputs: tuple[TensorSpec, ...]
+    phases: list[Phases]  # per instance: the last batch's compute phases
 
     def prepare(self, inputs: dict[str, np.ndarray]) -> Prepared:
         raise NotImplementedError
@@ -125,6 +129,7 @@ class TextClassifierModel(ServedModel):
         self._dtypes = {spec.name: V2_TO_NUMPY[spec.datatype] for spec in config.inputs}
         self.inputs = (TensorSpec(TEXT_INPUT, "BYTES", ()),)
         self.outputs = (*config.outputs, TensorSpec(LABEL_OUTPUT, "BYTES", ()))
+        self.phases = [Phases() for _ in backends]
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         """Token ids per text, unpadded (the tokenizer may pad a request's texts on the right;
@@ -157,12 +162,18 @@ class TextClassifierModel(ServedModel):
         }
 
     def run_batch(self, instance: int, batch: list[list[list[int]]]) -> list[dict[str, np.ndarray]]:
+        start = time.perf_counter()
         rows = [row for request in batch for row in request]
-        outputs = self.backends[instance].run(self.encode_batch(rows))
+        feeds = self.encode_batch(rows)
+        ran = time.perf_counter()
+        outputs = self.backends[instance].run(feeds)
+        done = time.perf_counter()
         logits = outputs[self.config.outputs[0].name]
         label_ids = logits.argmax(axis=-1)
         outputs[LABEL_OUTPUT] = np.array([self.labels[i].encode() for i in label_ids], dtype=object)
-        return _split(outputs, [len(request) for request in batch])
+        results = _split(outputs, [len(request) for request in batch])
+        self.phases[instance] = Phases(ran - start, done - ran, time.perf_counter() - done)
+        return results
 
 
 class TensorModel(ServedModel):
@@ -173,6 +184,7 @@ class TensorModel(ServedModel):
         self.batching = config.batching
         self.backends = backends
         self.inputs, self.outputs = config.inputs, config.outputs
+        self.phases = [Phases() for _ in backends]
 
     def prepare(self, inputs: dict[str, np.ndarray]) -> Prepared:
         expected = {spec.name: spec for spec in self.inputs}
@@ -185,9 +197,14 @@ class TensorModel(ServedModel):
         return Prepared(data=inputs, rows=rows.pop(), shape_key=shape_key)
 
     def run_batch(self, instance: int, batch: list[dict[str, np.ndarray]]) -> list[dict]:
+        start = time.perf_counter()
         feeds = {name: np.concatenate([request[name] for request in batch]) for name in batch[0]}
+        ran = time.perf_counter()
         outputs = self.backends[instance].run(feeds)
-        return _split(outputs, [len(next(iter(request.values()))) for request in batch])
+        done = time.perf_counter()
+        results = _split(outputs, [len(next(iter(request.values()))) for request in batch])
+        self.phases[instance] = Phases(ran - start, done - ran, time.perf_counter() - done)
+        return results
 
 
 def _latest_version(folder: Path, filename: str) -> Path:
