@@ -92,7 +92,10 @@ class ReplicaStatistics(StatisticsView):
     async def stop(self) -> None:
         if self.task is not None:
             self.task.cancel()
+        try:
             await self.push(self.local())  # the drained batches count too
+        except ray.exceptions.RayError:  # the collector went first (Ray is shutting down)
+            pass
 
     async def gather(self, local: list[dict]) -> list[dict]:
         await self.push(local)
