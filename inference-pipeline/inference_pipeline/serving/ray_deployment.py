@@ -43,7 +43,7 @@ from inference_pipeline.serving.models import load_repository
 from inference_pipeline.serving.statistics import merge
 
 log = logging.getLogger("inference_pipeline.serving")
-PUSH_INTERVAL_S = 0.05
+PUSH_INTERVAL_S = 0.25
 
 
 @ray.remote(num_cpus=0)
