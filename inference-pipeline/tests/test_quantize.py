@@ -115,6 +115,8 @@ def test_recipe_table_is_consistent():
         assert (row.source is None) == (row.method == "export")
         assert row.source is None or row.source in seen, f"{row.name}: source listed later"
         assert row.keep_fp32 is None or row.keep_fp32 in quantize.KEEP_FP32
+        assert row.calibration is None or row.calibration in quantize.CALIBRATIONS
+        assert (row.calibration is not None) == (row.method == "int8_static")
         assert row.gates and all(check.measure in MEASURES for check in row.gates)
         seen.add(row.name)
     fallbacks = {row.fallback for row in quantize.RECIPES if row.fallback}
