@@ -25,7 +25,6 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from prometheus_client import Counter
 
 from inference_pipeline.generation import openai_routes
 from inference_pipeline.generation.requests import GenerationRequest
@@ -40,6 +39,7 @@ from inference_pipeline.generation.service import (
     stream_chunks,
     submit,
 )
+from inference_pipeline.serving.statistics import ModelStatistics
 
 __all__ = ["GENERATION_REGISTRY", "GenerationService", "attach", "router"]
 
@@ -47,18 +47,19 @@ router = APIRouter()
 
 
 def attach(
-    app: FastAPI, service: GenerationService, request_counter: Counter | None = None
+    app: FastAPI, service: GenerationService, statistics: ModelStatistics | None = None
 ) -> None:
     """Mount the v2 generate and the OpenAI routes on ``app`` (once) and serve ``service``
-    under its model name; ``request_counter`` (the server's, labels model and status) counts
-    each request once. Call ``service.start()``/``stop()`` in the app's lifespan."""
+    under its model name; ``statistics`` (the server's counters for this model: the
+    statistics extension and /metrics' request counts) counts each request once. Call
+    ``service.start()``/``stop()`` in the app's lifespan."""
     services = getattr(app.state, "generation", None)
     if services is None:
         services = app.state.generation = {}
         app.include_router(router)
         app.include_router(openai_routes.router)
     services[service.model_name] = service
-    service.request_counter = request_counter
+    service.statistics = statistics
     SERVED.add(service)
 
 

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import queue
+import time
 import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -36,6 +37,7 @@ from inference_pipeline.generation.engine import (
     StaticBatchingEngine,
 )
 from inference_pipeline.generation.requests import Chunk, GenerationRequest, RequestHandle
+from inference_pipeline.serving.statistics import ModelStatistics
 
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 DISCONNECT_POLL_S = 0.25  # how often a request checks that its client is still there
@@ -106,7 +108,9 @@ class GenerationService:
         self.model_name = model_name
         self.max_request_bytes = max_request_bytes
         self.runner = EngineRunner(engine)
-        self.request_counter: Counter | None = None  # the server's, labels (model, status)
+        # the server's per-model counters (the statistics extension and /metrics' request
+        # counts), set when the routes are attached to a server
+        self.statistics: ModelStatistics | None = None
 
     def start(self) -> GenerationService:
         self.runner.start()
@@ -125,10 +129,10 @@ class GenerationService:
         """Graceful: refuse new requests, finish accepted ones (up to ``timeout``), stop."""
         self.runner.stop(timeout)
 
-    def count(self, status: str) -> None:
-        """One request, once, in the server's request counter."""
-        if self.request_counter is not None:
-            self.request_counter.labels(self.model_name, status).inc()
+    def count(self, status: str, seconds: float = 0.0) -> None:
+        """One request, once, in the server's request counters."""
+        if self.statistics is not None:
+            self.statistics.request_done(status, seconds)
 
     def refused(self, exc: GenerationError) -> None:
         self.count(STATUS_LABELS.get(exc.status, "refused"))
@@ -300,4 +304,5 @@ def record(service: GenerationService, handle: RequestHandle) -> None:
     GENERATION_TOKENS.labels(name).inc(len(handle.tokens))
     PROMPT_TOKENS.labels(name).inc(len(handle.request.prompt))
     SUCCESS.labels(name, reason).inc()
-    service.count({"length": "success", "stop": "success"}.get(reason, reason))
+    in_server = (handle.finished_at or time.perf_counter()) - handle.submitted_at
+    service.count({"length": "success", "stop": "success"}.get(reason, reason), in_server)
