@@ -442,7 +442,7 @@ def pass_cost(
 
 
 def verdict(results: list[RunResult], concurrency: int = 16) -> dict[str, float | bool]:
-    """The issue's target at concurrency 16: >= 2x tokens/s at an equal or lower p99 ITL."""
+    """The target at concurrency 16: >= 2x tokens/s at an equal or lower p99 ITL."""
     by = {(r.engine, r.concurrency): r for r in results}
     static, continuous = by[("static", concurrency)], by[("continuous", concurrency)]
     speedup = continuous.tokens_per_s / static.tokens_per_s

@@ -5,7 +5,7 @@ The full section reuses the full build cached under its settings + code key
 it and benches it with a few rounds; the quick section builds the quick settings into a
 temporary folder. The plot and the bench JSON stay in ``out_dir``. The serving and generation
 helpers' subsections (``serving_bench`` / ``generation_report``), when installed, are merged
-into this section; serving runs its SHORT sweep on the repository used here (issue 12: the
+into this section; serving runs its SHORT sweep on the repository used here (the
 full sweep and Ray Serve are `make bench`, i.e. `bench --serving`).
 """
 

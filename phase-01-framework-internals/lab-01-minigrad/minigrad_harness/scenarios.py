@@ -10,7 +10,7 @@ import minigrad
 import minigrad.nn.functional as F
 import numpy as np
 
-TOL = 1e-5  # the relative tolerance against torch
+TOL = 1e-5  # the spec's relative tolerance against torch
 TARGETS = np.array([0, 3, 1, 2, 3])  # integer class ids for the (5, 4) logits below
 ROWS = np.array([2, 0, 2])  # an integer index with a repeat: its gradient must accumulate
 # Float arrays are fixed inputs that require grad (see minigrad_harness.testing).

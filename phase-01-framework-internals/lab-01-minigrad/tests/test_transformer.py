@@ -1,4 +1,4 @@
-"""The issue's Transformer: 2 layers, 4 heads, character level, 50 Adam steps in minigrad and in
+"""The lab's Transformer: 2 layers, 4 heads, character level, 50 Adam steps in minigrad and in
 torch from the same initial weights; and causal fused attention against torch's SDPA."""
 
 from __future__ import annotations
