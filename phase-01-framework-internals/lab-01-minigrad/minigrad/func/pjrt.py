@@ -3,11 +3,13 @@ client (the runtime JAX itself runs on; ``jaxlib`` is imported only here, on the
 
 What one call costs beyond XLA's own work, and why it stays small:
 
-- Inputs: a NumPy array becomes a PJRT buffer through DLPack, a *view* of the array's memory
-  when it is 64-byte aligned (a copy otherwise, which XLA's CPU kernels need). An array that
-  this module returned (an earlier output) already is a view of a PJRT buffer: that buffer is
-  passed back as it is, with no conversion at all. That is the common case of a training loop,
-  whose parameters go from one step's outputs to the next step's inputs.
+- Inputs: an array that this module returned (an earlier output) already is a view of a PJRT
+  buffer: that buffer is passed back as it is, with no conversion at all. That is the common
+  case of a training loop, whose parameters go from one step's outputs to the next step's
+  inputs. A large array becomes a PJRT buffer through DLPack, a *view* of its memory when it
+  is 64-byte aligned (as NumPy's page-aligned large allocations are; XLA copies otherwise). A
+  small one is copied into a staging array that the executable keeps per input, aligned, with
+  its PJRT buffer made once: a memcpy of a few KiB costs less than making a buffer.
 - Launch: the client is *synchronous*: the executable runs on the calling thread, which needs
   the results at once anyway (minigrad is eager NumPy), instead of being handed to a worker
   thread and waited for.
@@ -17,6 +19,7 @@ What one call costs beyond XLA's own work, and why it stays small:
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from typing import Any
@@ -40,9 +43,19 @@ class Runtime:
         self.client = xla_client.make_cpu_client(asynchronous=False)
         self.device = self.client.local_devices()[0]
         self.from_dlpack = _jax.dlpack_managed_tensor_to_buffer
+        # jaxlib's array type takes its abstract value (shape, dtype) from jax's ShapedArray;
+        # its DLPack import loads jax anyway
+        from jax.core import ShapedArray
+
+        sharding = xla_client.SingleDeviceSharding(self.device)
+        self.result_handler = lambda shape, dtype: _jax.array_result_handler(
+            ShapedArray(shape, dtype), sharding, True, True
+        )
 
 
 _RUNTIME: list[Runtime] = []
+ALIGN = 64  # the alignment XLA's CPU runtime needs to use a host array in place
+STAGE_BYTES = 64 * 1024  # inputs up to this size are copied into a staging array
 
 
 def runtime() -> Runtime:
@@ -69,6 +82,15 @@ class DeviceView:
         self.view: Any = None
 
 
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on an ALIGN-byte boundary."""
+    dtype = np.dtype(dtype)
+    nbytes = max(int(np.prod(shape)) * dtype.itemsize, 1)
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start : start + nbytes].view(dtype)[: int(np.prod(shape))].reshape(shape)
+
+
 def to_numpy(buffer: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """A writable NumPy view of a PJRT CPU buffer (no copy)."""
     if 0 in shape:  # an empty buffer's pointer need not be an address
@@ -79,13 +101,17 @@ def to_numpy(buffer: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray
     return arr
 
 
-def to_buffer(arr: np.ndarray, rt: Runtime) -> Any:
-    """A PJRT buffer holding ``arr``: the buffer itself if ``arr`` is an output view made by
-    ``to_numpy``; otherwise a DLPack view of its memory (a copy when unaligned, read-only or
-    not C-contiguous)."""
+def output_buffer(arr: np.ndarray) -> Any:
+    """The PJRT buffer ``arr`` is the whole view of (an output made by ``to_numpy``), or None."""
     owner = arr.base
     if type(owner) is DeviceView and owner.view() is arr:
         return owner.buffer
+    return None
+
+
+def to_buffer(arr: np.ndarray, rt: Runtime) -> Any:
+    """A new PJRT buffer holding ``arr``: a DLPack view of its memory (XLA copies when it is
+    not 64-byte aligned; a read-only or non-C-contiguous array is copied first)."""
     if not (arr.flags.c_contiguous and arr.flags.writeable):
         arr = np.array(arr, order="C")  # DLPack's legacy capsule exports writable arrays only
     return rt.from_dlpack(arr.__dlpack__(), rt.device, None, None)
@@ -103,13 +129,33 @@ class Executable:
         )
         self.compile_seconds = time.perf_counter() - start
         self.out_types = [(tuple(s), np.dtype(d)) for s, d in out_types]
+        # one result handler per output wraps XLA's buffer in an array at once (cheaper than
+        # disassembling the results and wrapping each afterwards)
+        self.handlers = [rt.result_handler(s, d) for s, d in self.out_types]
+        self.staging: dict[int, tuple[np.ndarray, Any]] = {}  # input index -> (array, buffer)
+        self.lock = threading.Lock()  # the staging arrays are shared by every call
+
+    def stage(self, i: int, arr: np.ndarray) -> Any:
+        """Copy ``arr`` into input ``i``'s staging array; its PJRT buffer (a view of it)."""
+        slot = self.staging.get(i)
+        if slot is None:
+            staged = aligned_empty(arr.shape, arr.dtype)
+            slot = self.staging[i] = (staged, to_buffer(staged, self.rt))
+        np.copyto(slot[0], arr)
+        return slot[1]
 
     def __call__(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         rt = self.rt
-        buffers = [to_buffer(a, rt) for a in arrays]
-        results = self.loaded.execute_sharded(buffers).disassemble_into_single_device_arrays()
+        with self.lock:
+            buffers = []
+            for i, a in enumerate(arrays):
+                buf = output_buffer(a)
+                if buf is None:
+                    buf = self.stage(i, a) if a.nbytes <= STAGE_BYTES else to_buffer(a, rt)
+                buffers.append(buf)
+            results = self.loaded.execute_sharded(buffers).consume_with_handlers(self.handlers)
         return [
-            to_numpy(r[0], shape, dtype)
+            to_numpy(r, shape, dtype)
             for r, (shape, dtype) in zip(results, self.out_types, strict=True)
         ]
 
