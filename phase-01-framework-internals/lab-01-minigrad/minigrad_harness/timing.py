@@ -1,0 +1,69 @@
+"""How every benchmark of this lab times and prints: variants interleaved in one process,
+medians, plain tables.
+
+Each round runs a block of calls of every variant in turn (each call timed on its own), so
+slow phases of a shared machine hit all variants alike while each still runs with its own
+data warm in cache. The figures are medians of single calls from this run only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+def interleaved_medians(
+    fns: dict[str, Callable[[], Any]],
+    budget_s: float,
+    max_rounds: int,
+    block: int,
+    warmup: int = 1,
+    min_rounds: int = 2,
+) -> dict[str, float]:
+    """Median ms per call of each function, run in alternating blocks until the budget.
+    The warm-up calls absorb allocations, BLAS thread start, torch's dispatch caches and
+    JAX's per-primitive compiles."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    start, rounds = time.perf_counter(), 0
+    while rounds < max_rounds and (rounds < min_rounds or time.perf_counter() - start < budget_s):
+        for name, fn in fns.items():
+            for _ in range(block):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+        rounds += 1
+    return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+
+
+def pin_xla_threads(threads: int) -> None:
+    """XLA's CPU thread pool size for every PJRT client made after this call (minigrad.jit's
+    and JAX's): XLA reads ``PJRT_NPROC`` when a client starts, so call it before the first
+    compile of the process, as the NumPy and torch baselines are pinned."""
+    os.environ["PJRT_NPROC"] = str(threads)
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load averages, as `uptime` prints them, for the figures' context."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def print_table(title: str, header: list[str], rows: list[list[object]]) -> None:
+    """A plain-text table: floats as ms (3 decimals), or as ratios where the column header
+    names one (" / ")."""
+    widths = [max(len(h), 8) for h in header]
+    print(title)
+    print(" | ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
+    print("-+-".join("-" * w for w in widths))
+    for row in rows:
+        cells = [
+            (f"{v:.2f}x" if " / " in h else f"{v:.3f}") if isinstance(v, float) else str(v)
+            for v, h in zip(row, header, strict=True)
+        ]
+        print(" | ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)))
