@@ -43,6 +43,7 @@ class Runtime:
         self.client = xla_client.make_cpu_client(asynchronous=False)
         self.device = self.client.local_devices()[0]
         self.from_dlpack = _jax.dlpack_managed_tensor_to_buffer
+        self.wait = xla_client.batched_block_until_ready
         # jaxlib's array type takes its abstract value (shape, dtype) from jax's ShapedArray;
         # its DLPack import loads jax anyway
         from jax.core import ShapedArray
@@ -145,15 +146,33 @@ class Executable:
         return slot[1]
 
     def __call__(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
-        rt = self.rt
         with self.lock:
-            buffers = []
-            for i, a in enumerate(arrays):
-                buf = output_buffer(a)
-                if buf is None:
-                    buf = self.stage(i, a) if a.nbytes <= STAGE_BYTES else to_buffer(a, rt)
-                buffers.append(buf)
-            results = self.loaded.execute_sharded(buffers).consume_with_handlers(self.handlers)
+            results = self.launch(self.buffers_for(arrays))
+        return self.outputs(results)
+
+    def buffers_for(self, arrays: list[np.ndarray]) -> list[Any]:
+        """The input buffers: an output view's own buffer, a staged copy of a small array, a
+        DLPack view of a large one."""
+        buffers = []
+        for i, a in enumerate(arrays):
+            buf = output_buffer(a)
+            if buf is None:
+                buf = self.stage(i, a) if a.nbytes <= STAGE_BYTES else to_buffer(a, self.rt)
+            buffers.append(buf)
+        return buffers
+
+    def launch(self, buffers: list[Any]) -> list[Any]:
+        """Run the executable (on this thread) and wrap each result buffer in an array, ready.
+
+        The wait releases the GIL: PJRT may finish the call on a worker thread, where
+        releasing a DLPack input runs NumPy's deleter, which takes the GIL. Reading a result's
+        address while holding the GIL instead could wait on that thread forever."""
+        results = self.loaded.execute_sharded(buffers).consume_with_handlers(self.handlers)
+        self.rt.wait(results)
+        return results
+
+    def outputs(self, results: list[Any]) -> list[np.ndarray]:
+        """Writable NumPy views of the result buffers."""
         return [
             to_numpy(r, shape, dtype)
             for r, (shape, dtype) in zip(results, self.out_types, strict=True)
