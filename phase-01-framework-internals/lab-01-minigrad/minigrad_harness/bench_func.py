@@ -75,6 +75,18 @@ def per_sample_fns(batch: int = 64) -> dict[str, Callable[[], Any]]:
     }
 
 
+# calls per interleaved block: the compiled variants run 20 in a row (after a slow eager
+# variant the first call finds cold caches; a loop over batches would not), the others 2
+PER_SAMPLE_BLOCKS = {
+    "vmap(grad)": 2,
+    "loop of grad": 2,
+    "torch.func vmap(grad)": 2,
+    "jit(vmap(grad))": 20,
+    "jax vmap(grad) eager": 2,
+    "jax.jit(vmap(grad))": 20,
+}
+
+
 def per_sample_table(ps: dict[str, float]) -> tuple[list[str], list[list[object]]]:
     header = ["variant", "median ms", "/ vmap(grad)", "/ jax.jit"]
     rows = [
@@ -169,7 +181,7 @@ def per_call_breakdown(batch: int = 64, hidden: int = 128, n: int = 2000) -> dic
 def run_all(quick: bool) -> dict:
     """The three benchmarks; prints the tables and returns the figures."""
     budget = 1.0 if quick else 4.0
-    ps = interleaved_medians(per_sample_fns(), budget, max_rounds=200, block=2)
+    ps = interleaved_medians(per_sample_fns(), budget, max_rounds=200, block=PER_SAMPLE_BLOCKS)
     print()
     print_table(
         "Per-sample gradients, digits MLP (64-64-10), batch 64, float32, median ms",

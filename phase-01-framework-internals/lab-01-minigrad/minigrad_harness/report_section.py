@@ -185,7 +185,7 @@ def _benchmark() -> list[Table]:
     from threadpoolctl import threadpool_limits
 
     from minigrad_harness.bench import bench_size, step_table
-    from minigrad_harness.bench_func import per_sample_fns, per_sample_table
+    from minigrad_harness.bench_func import PER_SAMPLE_BLOCKS, per_sample_fns, per_sample_table
     from minigrad_harness.timing import interleaved_medians, load_average
 
     prev = torch.get_num_threads()
@@ -196,7 +196,7 @@ def _benchmark() -> list[Table]:
                 bench_size(64, 128, budget_s=1.5),
                 bench_size(1024, 1024, budget_s=3.0, max_rounds=4, block=2),
             ]
-            ps = interleaved_medians(per_sample_fns(), 1.5, max_rounds=100, block=2)
+            ps = interleaved_medians(per_sample_fns(), 1.5, max_rounds=100, block=PER_SAMPLE_BLOCKS)
     finally:
         torch.set_num_threads(prev)
     note = f"1 thread, load average {load_average()} (short run; `make bench` for the full one)"

@@ -20,13 +20,16 @@ def interleaved_medians(
     fns: dict[str, Callable[[], Any]],
     budget_s: float,
     max_rounds: int,
-    block: int,
+    block: int | dict[str, int],
     warmup: int = 1,
     min_rounds: int = 2,
 ) -> dict[str, float]:
     """Median ms per call of each function, run in alternating blocks until the budget.
+    ``block`` is the calls per block, for all or per function (a fast compiled call after a
+    slow eager variant runs with cold caches: a longer block times it as a loop runs it).
     The warm-up calls absorb allocations, BLAS thread start, torch's dispatch caches and
     JAX's per-primitive compiles."""
+    blocks = block if isinstance(block, dict) else dict.fromkeys(fns, block)
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -34,7 +37,7 @@ def interleaved_medians(
     start, rounds = time.perf_counter(), 0
     while rounds < max_rounds and (rounds < min_rounds or time.perf_counter() - start < budget_s):
         for name, fn in fns.items():
-            for _ in range(block):
+            for _ in range(blocks[name]):
                 t0 = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - t0)
@@ -55,15 +58,18 @@ def load_average() -> str:
 
 
 def print_table(title: str, header: list[str], rows: list[list[object]]) -> None:
-    """A plain-text table: floats as ms (3 decimals), or as ratios where the column header
-    names one (" / ")."""
-    widths = [max(len(h), 8) for h in header]
+    """A plain-text table: floats as ms (3 decimals), or as ratios (``1.25x``) in the columns
+    whose header names one (starts with "/" or holds " / ")."""
+
+    def cell(value: object, head: str) -> str:
+        if not isinstance(value, float):
+            return str(value)
+        return f"{value:.2f}x" if head.startswith("/") or " / " in head else f"{value:.3f}"
+
+    cells = [[cell(v, h) for v, h in zip(row, header, strict=True)] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
     print(title)
     print(" | ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
     print("-+-".join("-" * w for w in widths))
-    for row in rows:
-        cells = [
-            (f"{v:.2f}x" if " / " in h else f"{v:.3f}") if isinstance(v, float) else str(v)
-            for v, h in zip(row, header, strict=True)
-        ]
-        print(" | ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)))
+    for row in cells:
+        print(" | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
