@@ -295,3 +295,18 @@ def test_jit_needs_no_tensorflow_and_import_minigrad_no_jax():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[] False True"
+
+
+def test_an_input_returned_as_an_output_is_its_own_array():
+    """XLA copies a parameter that is also a result: the output must not alias the staging
+    array (the next call overwrites it) nor the caller's array (a DLPack view)."""
+    ident = mf.jit(lambda a, b: (a, b * 1.0))
+    x, y = np.arange(4.0), np.arange(4.0) + 10
+    first, _ = ident(minigrad.tensor(x), minigrad.tensor(y))
+    ident(minigrad.tensor(y), minigrad.tensor(x))  # restages input 0 with y's values
+    assert np.array_equal(first.data, x)
+    big = np.random.default_rng(8).standard_normal((300, 300))
+    out, _ = ident(minigrad.tensor(big), minigrad.tensor(big))
+    want = big.copy()
+    big[0, 0] = 1e9
+    assert np.array_equal(out.data, want)
