@@ -90,6 +90,7 @@ def test_bench_writes_results_only_where_asked(tmp_path, monkeypatch, capsys):
         return bench.BenchRow(batch, hidden, {**ms, "torch": 4.0, "numpy": 1.0})
 
     monkeypatch.setattr(bench, "bench_size", fake_bench_size)
+    monkeypatch.delenv("PJRT_NPROC", raising=False)  # main pins XLA's threads: restored after
     from minigrad_harness import bench_func
 
     monkeypatch.setattr(bench_func, "run_all", lambda quick: {"vmap_over_loop_speedup": 2})
