@@ -12,7 +12,7 @@ What one call costs beyond XLA's own work, and why it stays small:
   its PJRT buffer made once: a memcpy of a few KiB costs less than making a buffer.
 - Launch: the client is *synchronous*: the executable runs on the calling thread, which needs
   the results at once anyway (minigrad is eager NumPy), instead of being handed to a worker
-  thread and waited for.
+  thread and waited for; a result handler per output wraps XLA's buffers as it returns.
 - Outputs: each result is a writable NumPy view of the PJRT buffer XLA wrote (no copy); the
   view keeps the buffer alive, so minigrad's in-place ops on it work as on any array.
 """
@@ -45,7 +45,8 @@ class Runtime:
         self.from_dlpack = _jax.dlpack_managed_tensor_to_buffer
         self.wait = xla_client.batched_block_until_ready
         # jaxlib's array type takes its abstract value (shape, dtype) from jax's ShapedArray;
-        # its DLPack import loads jax anyway
+        # its DLPack import loads jax anyway. The handlers skip their per-call checks: one
+        # device, and the module fixes every result's type.
         from jax.core import ShapedArray
 
         sharding = xla_client.SingleDeviceSharding(self.device)
@@ -60,6 +61,7 @@ STAGE_BYTES = 64 * 1024  # inputs up to this size are copied into a staging arra
 
 
 def runtime() -> Runtime:
+    """The process's Runtime, made on first use."""
     if not _RUNTIME:
         _RUNTIME.append(Runtime())
     return _RUNTIME[0]
@@ -67,8 +69,9 @@ def runtime() -> Runtime:
 
 class DeviceView:
     """The owner of a NumPy view of one PJRT output buffer (the view's ``.base``): NumPy reads
-    its ``__array_interface__``; ``buffer`` keeps the memory alive and is what ``to_buffer``
-    hands back to XLA when this exact view is passed in again."""
+    its ``__array_interface__``; ``buffer`` keeps the memory alive and is what
+    ``output_buffer`` hands back to XLA when this exact view (``view``, a weak reference) is
+    passed in again."""
 
     __slots__ = ("__array_interface__", "buffer", "view", "__weakref__")
 
