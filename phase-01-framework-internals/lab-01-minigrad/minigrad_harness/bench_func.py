@@ -75,15 +75,16 @@ def per_sample_fns(batch: int = 64) -> dict[str, Callable[[], Any]]:
     }
 
 
-# calls per interleaved block: the compiled variants run 20 in a row (after a slow eager
-# variant the first call finds cold caches; a loop over batches would not), the others 2
+# calls per interleaved block: the compiled variants run 50 in a row (after a slow eager
+# variant the first few calls find cold caches, 2-3x slower; a loop over batches would
+# not), the others 2
 PER_SAMPLE_BLOCKS = {
     "vmap(grad)": 2,
     "loop of grad": 2,
     "torch.func vmap(grad)": 2,
-    "jit(vmap(grad))": 20,
+    "jit(vmap(grad))": 50,
     "jax vmap(grad) eager": 2,
-    "jax.jit(vmap(grad))": 20,
+    "jax.jit(vmap(grad))": 50,
 }
 
 
