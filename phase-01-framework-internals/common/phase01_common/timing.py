@@ -55,7 +55,7 @@ def time_interleaved(
     *,
     rounds: int,
     warmup: int = 1,
-    block: int = 1,
+    block: int | Mapping[str, int] = 1,
     budget_s: float | None = None,
     min_rounds: int = 1,
     timer: Callable[[Callable[[], object]], float] = wall_clock_seconds,
@@ -63,6 +63,8 @@ def time_interleaved(
 ) -> Timings:
     """Time every function of ``fns`` in interleaved rounds; see the module's docstring.
 
+    ``block``: calls per turn, for all or per function (a fast compiled call right after a
+    slow variant runs with cold caches; a longer block times it as a loop runs it).
     ``warmup`` untimed calls of each first (allocations, thread pools, caches). Then up to
     ``rounds`` rounds; with ``budget_s`` the rounds stop once that many seconds have passed and
     at least ``min_rounds`` ran. ``timer(fn)`` returns the seconds of one sample (a CUDA-event
@@ -70,7 +72,8 @@ def time_interleaved(
     """
     if not fns:
         raise ValueError("time_interleaved needs at least one function")
-    if rounds < 1 or block < 1 or warmup < 0 or min_rounds < 1:
+    blocks = dict(block) if isinstance(block, Mapping) else dict.fromkeys(fns, block)
+    if rounds < 1 or min(blocks.values()) < 1 or warmup < 0 or min_rounds < 1:
         raise ValueError(
             f"rounds, block and min_rounds must be at least 1 and warmup at least 0, got "
             f"rounds={rounds}, block={block}, min_rounds={min_rounds}, warmup={warmup}"
@@ -86,7 +89,7 @@ def time_interleaved(
         if budget_s is not None and done >= min_rounds and time.perf_counter() - start > budget_s:
             break
         for name in names if done % 2 == 0 else reversed(names):
-            for _ in range(block):
+            for _ in range(blocks[name]):
                 samples[name].append(timer(fns[name]))
         done += 1
         if progress is not None:

@@ -3,7 +3,8 @@
   demo [--quick] [--out DIR]    gradient checks vs PyTorch, the digits MLP in both libraries,
                                 second order, a short benchmark; prints the checks
   bench [--quick] [--threads N] [--out FILE.json]
-                                one MLP training step: minigrad vs hand NumPy vs torch eager
+                                one MLP training step: minigrad eager and jit vs JAX eager and
+                                jax.jit vs torch eager vs hand NumPy; per-sample gradients
   explain [NAME ...]            the guide's small demonstrations (graph, why-topo, recursion,
                                 cycle, create-graph, torch, transformations)
 

@@ -1,18 +1,22 @@
-"""Benchmarks of minigrad.func (run by ``python -m minigrad bench`` after the eager table).
+"""Benchmarks of minigrad.func (run by ``python -m minigrad bench`` after the step table).
 
 1. Per-sample gradients of the digits-sized MLP (64-64-10, batch 64, float32): vmap(grad)
    against a Python loop of grad calls (the same transformation, one example at a time),
-   against torch.func's vmap(grad), and jit(vmap(grad)).
-2. The MLP training step (loss, gradients, SGD update) compiled by jit (StableHLO -> XLA)
-   against the hand-written NumPy step and torch eager, at (64, 128) and (1024, 1024);
-   XLA's compile time is reported separately.
+   torch.func's vmap(grad), jit(vmap(grad)), and JAX's vmap(grad) eager and under jax.jit.
+2. Compile time and cache behaviour of jit on the training step: the first call (trace,
+   lower to StableHLO, XLA compile, run) against later calls, a second shape compiling once,
+   and jax.jit's first call beside it.
+3. Where one jit call's time goes (signature walk and cache lookup, input buffers, the
+   executable's launch and run, output views, rebuilding the output tree), each part timed
+   on its own against the whole call.
 
-Every variant runs in this one process, interleaved in short blocks (see bench.bench_size),
-and the figures are medians of single calls from this run only: the machine is shared.
+Every variant runs in this one process, interleaved in short blocks (timing.py), and the
+figures are medians of single calls from this run only: the machine is shared.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,22 +24,17 @@ import minigrad
 import minigrad.nn.functional as F
 import numpy as np
 from minigrad import func as mf
+from minigrad.func.jit import signature
+from minigrad.func.pytree import tree_unflatten
+from minigrad.tensor import Tensor
 
-from minigrad_harness.bench import (
-    LR,
-    _problem,
-    interleaved_medians,
-    numpy_step_fn,
-    torch_step_fn,
-)
-
-
-def _mlp(F, p, x):  # noqa: N803  (either library's functional namespace)
-    h = F.relu(F.linear(x, p["0.weight"], p["0.bias"]))
-    return F.linear(h, p["2.weight"], p["2.bias"])
+from minigrad_harness.mlp_step import jax_loss, mlp, problem, sgd_step
+from minigrad_harness.timing import interleaved_medians, print_table
 
 
 def per_sample_fns(batch: int = 64) -> dict[str, Callable[[], Any]]:
+    import jax
+    import jax.numpy as jnp
     import torch
     import torch.func as tf
 
@@ -46,100 +45,168 @@ def per_sample_fns(batch: int = 64) -> dict[str, Callable[[], Any]]:
     w = {k: (rng.standard_normal(s) * 0.1).astype(np.float32) for k, s in shapes.items()}
     mp = {k: minigrad.tensor(v) for k, v in w.items()}
     tp = {k: torch.from_numpy(v.copy()) for k, v in w.items()}
-    mx, my, tx, ty = (
-        minigrad.tensor(x),
-        minigrad.tensor(y),
-        torch.from_numpy(x),
-        torch.from_numpy(y),
-    )
+    jp = {k: jnp.asarray(v) for k, v in w.items()}
+    mx, my = minigrad.tensor(x), minigrad.tensor(y)
+    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+    jx, jy = jnp.asarray(x), jnp.asarray(y.astype(np.int32))
 
     def one(p, xi, yi):
-        return F.cross_entropy(_mlp(F, p, xi[None]), yi[None])
+        return F.cross_entropy(mlp(F, p, xi[None]), yi[None])
 
     def one_torch(p, xi, yi):
-        return torch.nn.functional.cross_entropy(_mlp(torch.nn.functional, p, xi[None]), yi[None])
+        return torch.nn.functional.cross_entropy(mlp(torch.nn.functional, p, xi[None]), yi[None])
+
+    def one_jax(p, xi, yi):
+        return jax_loss(p, xi[None], yi[None])
 
     grad_one = mf.grad(one)
     per_sample = mf.vmap(grad_one, in_axes=(None, 0, 0))
     jitted = mf.jit(per_sample)
     torch_ps = tf.vmap(tf.grad(one_torch), in_dims=(None, 0, 0))
+    jax_ps = jax.vmap(jax.grad(one_jax), in_axes=(None, 0, 0))
+    jax_ps_jit = jax.jit(jax_ps)
     return {
         "vmap(grad)": lambda: per_sample(mp, mx, my),
         "loop of grad": lambda: [grad_one(mp, mx[i], my[i]) for i in range(batch)],
         "torch.func vmap(grad)": lambda: torch_ps(tp, tx, ty),
         "jit(vmap(grad))": lambda: jitted(mp, mx, my),
+        "jax vmap(grad) eager": lambda: jax.block_until_ready(jax_ps(jp, jx, jy)),
+        "jax.jit(vmap(grad))": lambda: jax.block_until_ready(jax_ps_jit(jp, jx, jy)),
     }
 
 
-def _sgd_step(params: dict, x: Any, y: Any) -> tuple:
-    def loss(p: dict) -> Any:
-        return F.cross_entropy(_mlp(F, p, x), y)
-
-    grads, value = mf.grad_and_value(loss)(params)
-    return value, {k: params[k] - LR * grads[k] for k in params}
-
-
-def jit_step_fn(batch: int, hidden: int) -> tuple[Callable[[], Any], float]:
-    """The jitted training step (parameters carried from step to step) and its compile time."""
-    x_np, y_np, w = _problem(batch, hidden)
-    state = {"p": {k: minigrad.tensor(v.copy()) for k, v in w.items()}}
-    x, y = minigrad.tensor(x_np), minigrad.tensor(y_np)
-    step = mf.jit(_sgd_step)
-    step(state["p"], x, y)  # compiles
-    compile_s = next(iter(step.cache.values())).compile_seconds
-
-    def run() -> Any:
-        loss, state["p"] = step(state["p"], x, y)
-        return loss
-
-    return run, compile_s
+# calls per interleaved block: the compiled variants run 50 in a row (after a slow eager
+# variant the first few calls find cold caches, 2-3x slower; a loop over batches would
+# not), the others 2
+PER_SAMPLE_BLOCKS = {
+    "vmap(grad)": 2,
+    "loop of grad": 2,
+    "torch.func vmap(grad)": 2,
+    "jit(vmap(grad))": 50,
+    "jax vmap(grad) eager": 2,
+    "jax.jit(vmap(grad))": 50,
+}
 
 
-def bench_jit_step(batch: int, hidden: int, budget_s: float, max_rounds: int, block: int) -> dict:
-    jit_fn, compile_s = jit_step_fn(batch, hidden)
-    fns = {
-        "jit": jit_fn,
-        "numpy": numpy_step_fn(batch, hidden),
-        "torch": torch_step_fn(batch, hidden),
-    }
-    med = interleaved_medians(fns, budget_s, max_rounds, block)
-    return {
-        "batch": batch,
-        "hidden": hidden,
-        "compile_s": compile_s,
-        **{f"{k}_ms": v for k, v in med.items()},
-    }
-
-
-def run_all(quick: bool, threads: int = 1) -> dict:
-    """Both benchmarks; prints the tables and returns the figures."""
-    import tensorflow as tf
-
-    # XLA's CPU executables run on TensorFlow's intra-op pool: the same thread count as the
-    # NumPy and torch baselines (settable only before TensorFlow starts its runtime)
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
-    except RuntimeError:
-        pass  # already initialised in this process
-    budget = 1.0 if quick else 4.0
-    ps = interleaved_medians(per_sample_fns(), budget, max_rounds=200, block=2)
-    print("\nPer-sample gradients, digits MLP (64-64-10), batch 64, float32, median ms")
-    base = ps["vmap(grad)"]
-    for name, ms in ps.items():
-        print(f"{name:>24} | {ms:9.3f} ms | {ms / base:6.2f}x vmap(grad)")
+def per_sample_table(ps: dict[str, float]) -> tuple[list[str], list[list[object]]]:
+    header = ["variant", "median ms", "/ vmap(grad)", "/ jax.jit"]
     rows = [
-        bench_jit_step(64, 128, budget, max_rounds=300, block=10),
-        bench_jit_step(1024, 1024, budget * 2, max_rounds=20, block=2),
+        [name, ms, ms / ps["vmap(grad)"], ms / ps["jax.jit(vmap(grad))"]] for name, ms in ps.items()
     ]
-    print("\nMLP training step: jit (StableHLO -> XLA) vs hand NumPy vs torch eager, median ms")
-    cols = f"{'jit':>8} | {'NumPy':>8} | {'torch':>8} | {'NumPy/jit':>9}"
-    print(f"{'(batch, hidden)':>16} | {cols} | compile s")
-    for r in rows:
-        print(
-            f"{str((r['batch'], r['hidden'])):>16} | {r['jit_ms']:8.3f} | "
-            f"{r['numpy_ms']:8.3f} | {r['torch_ms']:8.3f} | {r['numpy_ms'] / r['jit_ms']:8.2f}x | "
-            f"{r['compile_s']:.2f}"
+    return header, rows
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def cache_behaviour(shapes: tuple = ((64, 128), (256, 128))) -> dict:
+    """One jit(sgd_step) called at shape A, A, B, B, A: each call's ms and the cache size
+    after it (a new signature compiles once; a known one is a lookup); the first call's parts
+    (trace, lower, XLA compile) from its cache entry; jax.jit's first and second call."""
+    import jax
+    import jax.numpy as jnp
+
+    jitted = mf.jit(sgd_step)
+    inputs = {}
+    for batch, hidden in shapes:
+        x, y, w = problem(batch, hidden)
+        inputs[(batch, hidden)] = (
+            {k: minigrad.tensor(v) for k, v in w.items()},
+            minigrad.tensor(x),
+            minigrad.tensor(y),
         )
+    a, b = shapes
+    calls = []
+    for shape in (a, a, b, b, a):
+        seconds = _timed(lambda s=shape: jitted(*inputs[s]))
+        calls.append({"shape": shape, "ms": seconds * 1e3, "cache_entries": len(jitted.cache)})
+    entry = jitted.cache[signature(inputs[a])[0]]
+    first = {
+        "trace_s": entry.trace_seconds,
+        "lower_s": entry.lower_seconds,
+        "compile_s": entry.compile_seconds,
+    }
+
+    def jax_step(p, x, y):
+        value, grads = jax.value_and_grad(jax_loss)(p, x, y)
+        return value, {k: p[k] - 0.01 * grads[k] for k in p}
+
+    jstep = jax.jit(jax_step)
+    x, y, w = problem(*a)
+    jargs = ({k: jnp.asarray(v) for k, v in w.items()}, jnp.asarray(x), jnp.asarray(y))
+    jax_calls = [_timed(lambda: jax.block_until_ready(jstep(*jargs))) * 1e3 for _ in range(2)]
+    return {"calls": calls, "first_call_parts": first, "jax_jit_first_and_second_ms": jax_calls}
+
+
+def per_call_breakdown(batch: int = 64, hidden: int = 128, n: int = 2000) -> dict[str, float]:
+    """Median µs of each part of a jitted step's call, each part timed on its own in a loop,
+    beside the median of whole calls (interleaved with the parts)."""
+    x, y, w = problem(batch, hidden)
+    jitted = mf.jit(sgd_step)
+    state = {"p": {k: minigrad.tensor(v) for k, v in w.items()}}
+    mx, my = minigrad.tensor(x), minigrad.tensor(y)
+    jitted(state["p"], mx, my)  # compiles
+    entry = next(iter(jitted.cache.values()))
+    exe = entry.executable
+    parts: dict[str, list[float]] = {
+        k: [] for k in ("signature", "lookup", "inputs", "launch", "outputs", "tree", "call")
+    }
+    clock = time.perf_counter
+    for _ in range(n):
+        args = (state["p"], mx, my)
+        t0 = clock()
+        key, arrays = signature(args)
+        t1 = clock()
+        jitted.cache.get(key)
+        t2 = clock()
+        buffers = exe.buffers_for(arrays)
+        t3 = clock()
+        results = exe.launch(buffers)
+        t4 = clock()
+        outs = exe.outputs(results)
+        t5 = clock()
+        _, state["p"] = tree_unflatten(entry.out_spec, [Tensor._wrap(o) for o in outs])
+        t6 = clock()
+        _, state["p"] = jitted(state["p"], mx, my)
+        t7 = clock()
+        for k, dt in zip(
+            parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6), strict=True
+        ):
+            parts[k].append(dt)
+    return {k: float(np.median(v)) * 1e6 for k, v in parts.items()}
+
+
+def run_all(quick: bool) -> dict:
+    """The three benchmarks; prints the tables and returns the figures."""
+    budget = 1.0 if quick else 4.0
+    ps = interleaved_medians(per_sample_fns(), budget, max_rounds=200, block=PER_SAMPLE_BLOCKS)
+    print()
+    print_table(
+        "Per-sample gradients, digits MLP (64-64-10), batch 64, float32, median ms",
+        *per_sample_table(ps),
+    )
+    cache = cache_behaviour()
+    print("\njit(sgd_step) compile and cache: calls in order, ms, cache entries after the call")
+    for c in cache["calls"]:
+        print(f"  {str(c['shape']):>12}  {c['ms']:10.3f} ms  entries {c['cache_entries']}")
+    parts = cache["first_call_parts"]
+    print(
+        f"  first call: trace {parts['trace_s'] * 1e3:.1f} ms, lower {parts['lower_s'] * 1e3:.1f} "
+        f"ms, XLA compile {parts['compile_s'] * 1e3:.1f} ms; jax.jit first / second call "
+        + " / ".join(f"{ms:.3f}" for ms in cache["jax_jit_first_and_second_ms"])
+        + " ms"
+    )
+    breakdown = per_call_breakdown(n=500 if quick else 3000)
+    print("\nOne jit(sgd_step) call at (64, 128), median µs per part (each timed on its own)")
+    for k, us in breakdown.items():
+        print(f"  {k:>10}  {us:8.1f} µs")
     loop_ratio = ps["loop of grad"] / ps["vmap(grad)"]
-    return {"per_sample_ms": ps, "vmap_over_loop_speedup": loop_ratio, "jit_step": rows}
+    return {
+        "per_sample_ms": ps,
+        "vmap_over_loop_speedup": loop_ratio,
+        "cache": cache,
+        "per_call_us": breakdown,
+    }

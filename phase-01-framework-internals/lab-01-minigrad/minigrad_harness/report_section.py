@@ -18,6 +18,7 @@ from minigrad_harness.digits_mlp import (
 )
 from minigrad_harness.scenarios import GRAD_CASES, GRADGRAD_CASES, SECOND_ORDER_CASES, TOL
 from minigrad_harness.testing import compare_with_torch, second_order_with_torch
+from minigrad_harness.timing import pin_xla_threads
 
 
 def _gradient_checks(quick: bool) -> tuple[list[Check], Table]:
@@ -177,39 +178,35 @@ def _second_order() -> list[Check]:
     return checks
 
 
-def _benchmark() -> Table:
+def _benchmark() -> list[Table]:
+    """The bench command's step and per-sample tables (short budgets), 1 thread everywhere:
+    XLA's pool is pinned before the section's first jit compile (build_section)."""
     import torch
     from threadpoolctl import threadpool_limits
 
-    from minigrad_harness.bench import bench_size
+    from minigrad_harness.bench import bench_size, step_table
+    from minigrad_harness.bench_func import PER_SAMPLE_BLOCKS, per_sample_fns, per_sample_table
+    from minigrad_harness.timing import interleaved_medians, load_average
 
     prev = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with threadpool_limits(
-            1
-        ):  # see minigrad_harness/bench.py: one thread keeps shared-CPU noise out
+        with threadpool_limits(1):  # see minigrad_harness/bench.py: one thread, less noise
             rows = [
                 bench_size(64, 128, budget_s=1.5),
                 bench_size(1024, 1024, budget_s=3.0, max_rounds=4, block=2),
             ]
+            ps = interleaved_medians(per_sample_fns(), 1.5, max_rounds=100, block=PER_SAMPLE_BLOCKS)
     finally:
         torch.set_num_threads(prev)
-    return Table(
-        "MLP training step, median ms, 1 thread (short run; `make bench` for the full one)",
-        ["(batch, hidden)", "minigrad", "NumPy by hand", "torch eager", "mg/NumPy", "mg/torch"],
-        [
-            [
-                f"({r.batch}, {r.hidden})",
-                r.minigrad_ms,
-                r.numpy_ms,
-                r.torch_ms,
-                r.vs_numpy,
-                r.vs_torch,
-            ]
-            for r in rows
-        ],
-    )
+    note = f"1 thread, load average {load_average()} (short run; `make bench` for the full one)"
+    return [
+        Table(f"MLP training step, median ms, {note}", *step_table(rows)),
+        Table(
+            f"Per-sample gradients, digits MLP 64-64-10, batch 64, float32, median ms, {note}",
+            *per_sample_table(ps),
+        ),
+    ]
 
 
 def _func_part(section: Section, quick: bool) -> None:
@@ -242,6 +239,7 @@ def build_section(out_dir: Path, quick: bool) -> Section:
     """Run Lab 01's main job: gradient checks, the digits MLP vs torch, second order, (bench)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    pin_xla_threads(1)  # before any jit compile of this process, as NumPy and torch are
     section = Section("Lab 01 — minigrad: reverse-mode autodiff on NumPy")
     with step("gradient checks vs PyTorch"):
         checks, grad_table = _gradient_checks(quick)
@@ -264,5 +262,5 @@ def build_section(out_dir: Path, quick: bool) -> Section:
         _func_part(section, quick)
     if not quick:
         with step("benchmark (short)"):
-            section.tables.append(_benchmark())
+            section.tables += _benchmark()
     return section

@@ -86,12 +86,14 @@ def test_bench_writes_results_only_where_asked(tmp_path, monkeypatch, capsys):
 
     def fake_bench_size(batch, hidden, **kwargs):
         calls.append((batch, hidden))
-        return bench.BenchRow(batch, hidden, 2.0, 1.0, 4.0)
+        ms = {"minigrad": 2.0, "minigrad_jit": 1.5, "jax": 3.0, "jax_jit": 1.0}
+        return bench.BenchRow(batch, hidden, {**ms, "torch": 4.0, "numpy": 1.0})
 
     monkeypatch.setattr(bench, "bench_size", fake_bench_size)
+    monkeypatch.delenv("PJRT_NPROC", raising=False)  # main pins XLA's threads: restored after
     from minigrad_harness import bench_func
 
-    monkeypatch.setattr(bench_func, "run_all", lambda quick, threads: {"vmap_over_loop_speedup": 2})
+    monkeypatch.setattr(bench_func, "run_all", lambda quick: {"vmap_over_loop_speedup": 2})
     monkeypatch.chdir(tmp_path)
     assert minigrad_main(["bench", "--quick"]) == 0
     assert calls == [(64, 128), (1024, 1024)]

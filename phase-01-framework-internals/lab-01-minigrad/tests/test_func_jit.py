@@ -1,6 +1,8 @@
-"""jit (StableHLO run by XLA) against eager minigrad: every primitive, the MLP training step,
-the emitted text (checked structurally), and the clear errors. TensorFlow is imported once,
-by the first jit compile of this module."""
+"""jit (StableHLO compiled by XLA, run on PJRT) against eager minigrad: every primitive, the
+MLP training step, the cache (one compile per signature), the runtime's input and output
+paths (output views passed back, staged small inputs, DLPack views of large ones), the
+emitted text (checked structurally), and the clear errors. jaxlib is imported once, by the
+first jit compile of this module."""
 
 from __future__ import annotations
 
@@ -189,3 +191,164 @@ def test_jit_records_in_place_updates():
 
     x = np.arange(6.0).reshape(2, 3)
     _close(mf.jit(f)(minigrad.tensor(x)).data, 2 * x + 1, 1e-12, "in-place add")
+
+
+def test_a_new_signature_compiles_once_and_a_known_one_is_a_lookup():
+    step = mf.jit(_mlp_step)
+    rng = np.random.default_rng(7)
+    params = {
+        "0.weight": minigrad.tensor(rng.standard_normal((5, 4))),
+        "0.bias": minigrad.tensor(rng.standard_normal(5)),
+        "2.weight": minigrad.tensor(rng.standard_normal((3, 5))),
+        "2.bias": minigrad.tensor(rng.standard_normal(3)),
+    }
+    inputs = {
+        n: (minigrad.tensor(rng.standard_normal((n, 4))), minigrad.tensor(rng.integers(0, 3, n)))
+        for n in (6, 9)
+    }
+    entries = []
+    for n in (6, 6, 9, 9, 6):
+        loss, _, _ = step(params, *inputs[n])
+        _close(loss.data, _mlp_step(params, *inputs[n])[0].data, 1e-12, f"loss, batch {n}")
+        entries.append(len(step.cache))
+    assert entries == [1, 1, 2, 2, 2]
+    # a static argument is part of the signature: a new value is a new program
+    step(params, *inputs[6], 0.25)
+    assert len(step.cache) == 3
+    for entry in step.cache.values():
+        assert entry.compile_seconds > 0 and entry.trace_seconds > 0 and entry.lower_seconds > 0
+
+
+def test_signature_visits_leaves_in_trace_order():
+    """The one walk that makes the cache key must yield the arrays in the order trace makes
+    them IR inputs (tree_flatten's), dict insertion order and nested lists included."""
+    from minigrad.func.ir import tensor_leaves
+    from minigrad.func.jit import signature
+
+    a, b, c, d = (minigrad.tensor(np.full(i + 1, float(i))) for i in range(4))
+    args = ({"z": a, "a": [b, 3.0, (c,)]}, np.arange(2.0), d, None)
+    key, arrays = signature(args)
+    expected = [t.data for t in tensor_leaves(args)]
+    assert len(arrays) == len(expected) == 5
+    assert all(x is y for x, y in zip(arrays, expected, strict=True))
+    assert signature(({"a": b, "z": a}, *args[1:]))[0] != key  # key order is structure
+    assert signature((args[0], args[1], d, 1))[0] != key  # so is a static leaf's value
+
+
+def test_outputs_are_writable_views_and_pass_back_without_copies():
+    from minigrad.func.pjrt import output_buffer
+
+    double = mf.jit(lambda a: a * 2.0)
+    x = np.random.default_rng(2).standard_normal((8, 16))
+    out = double(minigrad.tensor(x))
+    assert out.data.flags.writeable and output_buffer(out.data) is not None
+    out.data += 1.0  # in place on the output: the buffer XLA passes back sees it
+    again = double(out)
+    _close(again.data, (2 * x + 1) * 2, 1e-12, "output passed back after an in-place update")
+    # a view of an output is not the output: its own values, not the whole buffer, go in
+    flipped = out.data[::-1]
+    assert output_buffer(flipped) is None
+    _close(double(minigrad.tensor(flipped)).data, (2 * x + 1)[::-1] * 2, 1e-12, "reversed view")
+    sliced = out.data[:, :16]
+    _close(double(minigrad.tensor(sliced)).data, (2 * x + 1) * 2, 1e-12, "full slice")
+
+
+def test_inputs_of_every_layout_reach_xla_with_their_values():
+    """Small inputs are staged, large ones (over STAGE_BYTES) DLPack views; non-contiguous,
+    read-only and unaligned arrays are copied first. Each must arrive with its own values,
+    and a staged input must not keep the previous call's values."""
+    from minigrad.func import pjrt
+
+    rng = np.random.default_rng(4)
+    big = rng.standard_normal((300, 300))  # 720 KB: NumPy's page-aligned allocation
+    assert big.nbytes > pjrt.STAGE_BYTES
+    add = mf.jit(lambda a, b: a + b)
+    frozen = rng.standard_normal((300, 300))
+    frozen.flags.writeable = False
+    unaligned = np.frombuffer(rng.standard_normal(300 * 300 + 1).tobytes()[8:], np.float64)
+    cases = {
+        "large": (big, big.T.copy()),
+        "non-contiguous": (big.T, big),
+        "read-only": (frozen, big),
+        "unaligned": (unaligned.reshape(300, 300), big),
+    }
+    for name, (a, b) in cases.items():
+        _close(add(minigrad.tensor(a), b).data, a + b, 1e-12, name)
+    small = mf.jit(lambda a: a.sum(0))
+    for i in range(3):  # the same staged slot, new values each call
+        v = rng.standard_normal((4, 3))
+        _close(small(minigrad.tensor(v)).data, v.sum(0), 1e-12, f"staged call {i}")
+    ints = mf.jit(lambda a, m: a * m)
+    mask = np.array([True, False, True])
+    _close(ints(np.arange(3.0), mask).data, np.arange(3.0) * mask, 1e-12, "bool input")
+
+
+def test_jit_needs_no_tensorflow_and_import_minigrad_no_jax():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, minigrad, minigrad.func as mf; "
+        "before = sorted(m for m in ('jax', 'jaxlib') if m in sys.modules); "
+        "mf.jit(lambda a: a * 2)(np.ones(3)); "
+        "print(before, 'tensorflow' in sys.modules, 'jaxlib' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[] False True"
+
+
+def test_an_input_returned_as_an_output_is_its_own_array():
+    """XLA copies a parameter that is also a result: the output must not alias the staging
+    array (the next call overwrites it) nor the caller's array (a DLPack view)."""
+    ident = mf.jit(lambda a, b: (a, b * 1.0))
+    x, y = np.arange(4.0), np.arange(4.0) + 10
+    first, _ = ident(minigrad.tensor(x), minigrad.tensor(y))
+    ident(minigrad.tensor(y), minigrad.tensor(x))  # restages input 0 with y's values
+    assert np.array_equal(first.data, x)
+    big = np.random.default_rng(8).standard_normal((300, 300))
+    out, _ = ident(minigrad.tensor(big), minigrad.tensor(big))
+    want = big.copy()
+    big[0, 0] = 1e9
+    assert np.array_equal(out.data, want)
+
+
+def _tanh_times_x(x):
+    return (x.tanh() * x).sum()
+
+
+def test_grad_of_jit_differentiates_the_program_it_wraps():
+    """grad(jit(f)) equals torch's gradient: the traced input is recorded, never run as data."""
+    import torch
+
+    values = np.linspace(-1.0, 1.0, 5)
+    t = torch.tensor(values, requires_grad=True)
+    (torch.tanh(t) * t).sum().backward()
+    got = mf.grad(mf.jit(_tanh_times_x))(minigrad.tensor(values))
+    np.testing.assert_allclose(got.data, t.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_vmap_and_jvp_of_jit_match_the_unjitted_function():
+    values = np.random.default_rng(0).standard_normal((3, 4))
+    x = minigrad.tensor(values)
+    jitted = mf.jit(_tanh_times_x)
+    np.testing.assert_allclose(mf.vmap(jitted)(x).data, mf.vmap(_tanh_times_x)(x).data, rtol=1e-12)
+    tangent = minigrad.tensor(np.ones(4))
+    _, got = mf.jvp(jitted, (x[0],), (tangent,))
+    _, want = mf.jvp(_tanh_times_x, (x[0],), (tangent,))
+    np.testing.assert_allclose(got.data, want.data, rtol=1e-12)
+
+
+def test_backward_through_jit_on_a_tensor_that_requires_grad():
+    """The tape sees jit's operations when an input requires grad (grad mode on)."""
+    import torch
+
+    values = np.linspace(-2.0, 2.0, 6)
+    x = minigrad.tensor(values, requires_grad=True)
+    mf.jit(_tanh_times_x)(x).backward()
+    t = torch.tensor(values, requires_grad=True)
+    (torch.tanh(t) * t).sum().backward()
+    np.testing.assert_allclose(x.grad.data, t.grad.numpy(), rtol=1e-12, atol=1e-12)
+    with minigrad.no_grad():  # no graph wanted: the compiled program runs
+        f = mf.jit(_tanh_times_x)
+        f(x)
+        assert len(f.cache) == 1

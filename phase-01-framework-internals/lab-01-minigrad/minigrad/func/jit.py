@@ -1,115 +1,138 @@
-"""jit: trace, lower to StableHLO, compile with XLA (through TensorFlow), cache per signature.
+"""jit: trace, lower to StableHLO, compile with XLA on PJRT (minigrad.func.pjrt), cache per
+signature.
 
-TensorFlow is imported only here, on the first compile: ``import minigrad`` and every other
-transformation stay NumPy-only. XLA runs the StableHLO module through TensorFlow's
-``XlaCallModule`` op (serialization version 9) inside ``tf.function(jit_compile=True)``.
+A call walks its arguments once (``signature``): that one walk yields both the cache key and
+the input arrays in the IR's input order. A new key traces, lowers and compiles; a known key
+goes straight to the executable. jaxlib is imported on the first compile only:
+``import minigrad`` and every other transformation stay NumPy-only.
+
+A compiled executable sees arrays, not the graph around them. So when an input is being
+traced by an outer transformation (``grad(jit(f))``, ``vmap(jit(f))``, ``jit(jit(f))``) or
+requires grad while grad mode is on, ``jit`` calls ``func`` itself and the outer
+transformation (or the tape) records its operations, as ``jax.jit`` under ``jax.grad``
+differentiates the program it wraps; only a call on plain values runs the executable.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from minigrad import rules
 from minigrad.func.ir import trace
-from minigrad.func.pytree import as_tensor, is_tensor_leaf, tree_flatten, tree_unflatten
+from minigrad.func.pjrt import Executable
+from minigrad.func.pytree import tree_unflatten
 from minigrad.func.stablehlo import lower_ir
+from minigrad.grad_mode import is_grad_enabled
 from minigrad.tensor import Tensor
+from minigrad.tracer_base import is_tracer
 from minigrad.tracing import IR
 
 
 @dataclass
 class Compiled:
-    """One cache entry: the IR, its StableHLO text, the XLA executable, timings."""
+    """One cache entry: the IR, its StableHLO text, the XLA executable, and what each stage
+    of the first call took (trace, lower to StableHLO, XLA compile)."""
 
     ir: IR
     text: str
     out_spec: Any
-    run: Any
-    concrete: Any = None
-    compile_seconds: float = 0.0
-    out_types: list = field(default_factory=list)
+    executable: Executable
+    trace_seconds: float
+    lower_seconds: float
 
-    def optimized_hlo(self, arrays: list[np.ndarray]) -> str:
+    @property
+    def compile_seconds(self) -> float:
+        return self.executable.compile_seconds
+
+    def optimized_hlo(self) -> str:
         """XLA's optimized HLO for this executable (fusions, layouts), as text."""
-        return self.run.experimental_get_compiler_ir(*arrays)(stage="optimized_hlo")
+        return self.executable.optimized_hlo()
 
 
-def _signature(leaves: list) -> tuple:
-    sig = []
-    for x in leaves:
-        if is_tensor_leaf(x):
-            t = as_tensor(x)
-            sig.append(("T", t.shape, t.dtype.str))
-        else:
-            sig.append(("S", repr(x)))
-    return tuple(sig)
+def signature(args: tuple) -> tuple[tuple, list[np.ndarray]]:
+    """The cache key of a call and its input arrays, from one walk of ``args``.
+
+    The key holds the container structure (types, lengths, dict keys), each tensor's shape
+    and dtype, and the repr of every other leaf (a static argument: a new value is a new
+    program). The walk visits leaves in ``tree_flatten``'s order, which is the order
+    ``trace`` makes them IR inputs."""
+    key: list = []
+    arrays: list[np.ndarray] = []
+    _walk(args, key, arrays)
+    return tuple(key), arrays
 
 
-def _xla_callable(text: str, in_avals: list, out_avals: list) -> Any:
-    try:
-        import tensorflow as tf
-        from tensorflow.compiler.tf2xla.python.xla import call_module
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("minigrad.func.jit needs TensorFlow (pip install tensorflow)") from e
-    tout = [tf.as_dtype(dt) for _, dt in out_avals]
-    sout = [tuple(shape) for shape, _ in out_avals]
-    spec = [tf.TensorSpec(shape, tf.as_dtype(dt)) for shape, dt in in_avals]
+class _Recorded(Exception):
+    """An input a compiled call would cut from its graph (see the module docstring)."""
 
-    @tf.function(jit_compile=True, input_signature=spec, autograph=False)
-    def run(*xs: Any) -> Any:
-        return call_module(
-            list(xs), version=9, module=text, Tout=tout, Sout=sout, platforms=["CPU"]
-        )
 
-    # Calling the concrete function skips tf.function's per-call argument matching, which
-    # costs more than a small step itself (measured: ~2 ms against ~0.2 ms)
-    return run, run.get_concrete_function()
+def _walk(x: Any, key: list, arrays: list) -> None:
+    if isinstance(x, Tensor):
+        if is_tracer(x) or (x.requires_grad and is_grad_enabled()):
+            raise _Recorded
+        a = x.data
+        arrays.append(a)
+        key.append((a.shape, a.dtype))
+    elif isinstance(x, (tuple, list)):
+        key.append((type(x), len(x)))
+        for child in x:
+            _walk(child, key, arrays)
+    elif isinstance(x, dict):
+        key.append((dict, tuple(x)))
+        for child in x.values():
+            _walk(child, key, arrays)
+    elif isinstance(x, np.ndarray):
+        arrays.append(x)
+        key.append((x.shape, x.dtype))
+    else:
+        key.append(("static", repr(x)))
+
+
+def _out_types(ir: IR) -> list[tuple[tuple[int, ...], np.dtype]]:
+    types = []
+    for o in ir.outs:
+        if hasattr(o, "shape"):
+            types.append((tuple(o.shape), np.dtype(o.dtype)))
+        else:  # a literal output: lower_ir emits it as a constant of its own type
+            value = np.asarray(getattr(o.value, "data", o.value))
+            types.append((value.shape, value.dtype))
+    return types
 
 
 def jit(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Compile ``func`` with XLA; one executable per input signature (shapes, dtypes, static
-    arguments), built on first use. ``wrapped.cache`` holds the :class:`Compiled` entries."""
+    """Compile ``func`` with XLA; one executable per input signature (structure, shapes,
+    dtypes, static arguments), built on first use. ``wrapped.cache`` maps each signature to
+    its :class:`Compiled` entry (so ``len(wrapped.cache)`` counts compiles)."""
     cache: dict[tuple, Compiled] = {}
 
     def compile_for(args: tuple) -> Compiled:
-        leaves, _ = tree_flatten(args)
+        start = time.perf_counter()
         rules.RANDOMNESS.append("jit")
         try:
             ir, out_spec = trace(func, args)
         finally:
             rules.RANDOMNESS.pop()
+        traced = time.perf_counter()
         text = lower_ir(ir)
-        in_avals = [(v.shape, v.dtype) for v in ir.invars]
-        out_avals = []
-        for o in ir.outs:
-            shape, dt = (
-                (o.shape, o.dtype) if hasattr(o, "shape") else ((), np.asarray(o.value).dtype)
-            )
-            out_avals.append((shape, dt))
-        start = time.perf_counter()
-        run, concrete = _xla_callable(text, in_avals, out_avals)
-        arrays = [as_tensor(x).data for x in leaves if is_tensor_leaf(x)]
-        concrete(*arrays)  # the first call compiles the XLA executable
-        seconds = time.perf_counter() - start
-        return Compiled(ir, text, out_spec, run, concrete, seconds, out_avals)
+        lowered = time.perf_counter()
+        executable = Executable(text, _out_types(ir))
+        return Compiled(ir, text, out_spec, executable, traced - start, lowered - traced)
 
     def wrapped(*args: Any) -> Any:
-        leaves, spec = tree_flatten(args)
-        key = (_signature(leaves), repr(spec))
+        try:
+            key, arrays = signature(args)
+        except _Recorded:
+            return func(*args)
         entry = cache.get(key)
         if entry is None:
             entry = cache[key] = compile_for(args)
-        arrays = [
-            x.data if isinstance(x, Tensor) else np.asarray(x) for x in leaves if is_tensor_leaf(x)
-        ]
-        outs = entry.concrete(*arrays)
-        values = [Tensor._wrap(np.asarray(o.numpy())) for o in outs]
-        return tree_unflatten(entry.out_spec, values)
+        outs = entry.executable(arrays)
+        return tree_unflatten(entry.out_spec, [Tensor._wrap(o) for o in outs])
 
     wrapped.cache = cache  # type: ignore[attr-defined]
     return wrapped

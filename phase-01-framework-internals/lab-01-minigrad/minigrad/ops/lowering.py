@@ -117,6 +117,9 @@ def _matmul(em: Emitter, eqn: Eqn, ins: list) -> str:
         a, sa = em.reshape(a, (1,) + sa), (1,) + sa
     if len(sb) == 1:
         b, sb = em.reshape(b, sb + (1,)), sb + (1,)
+    if len(sb) == 2 and len(sa) > 2:  # b shared by a's batch: one product, b not broadcast
+        sa = (int(np.prod(sa[:-1])), sa[-1])
+        a = em.reshape(a, sa)
     batch = np.broadcast_shapes(sa[:-2], sb[:-2])
     a = em.broadcast(a, batch + sa[-2:])
     b = em.broadcast(b, batch + sb[-2:])
