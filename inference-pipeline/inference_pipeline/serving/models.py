@@ -18,14 +18,24 @@ from typing import Any
 
 import numpy as np
 
-from inference_pipeline.serving.backends import Backend, default_threads, make_backend
+from inference_pipeline.repository import (
+    CONFIG_FILE,
+    RepositoryError,
+    is_generation_folder,
+    load_model_folder,
+    read_config,
+)
+from inference_pipeline.serving.backends import (
+    Backend,
+    backend_spec,
+    default_threads,
+    make_backend,
+)
 from inference_pipeline.serving.config import (
     BatchingSettings,
-    ConfigError,
     ModelConfig,
     TensorSpec,
-    is_generation_folder,
-    parse_model_config,
+    serving_config,
 )
 
 V2_TO_NUMPY = {
@@ -43,7 +53,6 @@ V2_TO_NUMPY = {
     "FP64": np.float64,
     "BYTES": np.object_,
 }
-MODEL_FILES = {"onnxruntime_onnx": "model.onnx", "litert": "model.tflite"}
 TEXT_INPUT = "TEXT"
 LABEL_OUTPUT = "label"
 
@@ -185,63 +194,55 @@ def _latest_version(folder: Path, filename: str) -> Path:
     versions = [p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()]
     versions = [p for p in versions if (p / filename).is_file()]
     if not versions:
-        raise ConfigError(f"{folder}: no version folder holds {filename}")
+        raise RepositoryError(f"{folder}: no version folder holds {filename}")
     return max(versions, key=lambda p: int(p.name))
 
 
 def _check_declared(config: ModelConfig, backend: Backend, folder: Path) -> None:
     declared = {spec.name for spec in config.inputs}
     if declared != set(backend.input_names):
-        raise ConfigError(
+        raise RepositoryError(
             f"{folder}/config.pbtxt declares inputs {sorted(declared)} but the model takes "
             f"{sorted(backend.input_names)}"
         )
     missing = {spec.name for spec in config.outputs} - set(backend.output_names)
     if missing:
-        raise ConfigError(f"{folder}/config.pbtxt declares outputs the model lacks: {missing}")
+        raise RepositoryError(f"{folder}/config.pbtxt declares outputs the model lacks: {missing}")
 
 
 def load_model(
     folder: Path, overrides: dict[str, object] | None = None, threads: int | None = None
 ) -> ServedModel:
-    """Load one model folder (config.pbtxt, <version>/model.*, tokenizer, labels)."""
+    """Load one model folder (config.pbtxt, <version>/model.*, tokenizer, labels): the
+    config is read once; a text classifier's folder is validated by the same loader the
+    gates use (the same checks and tokenizer settings)."""
     folder = Path(folder)
-    config = parse_model_config(folder / "config.pbtxt")
+    proto = read_config(folder / CONFIG_FILE)
+    config = serving_config(proto, folder / CONFIG_FILE)
     try:
         batching = config.batching.with_overrides(**(overrides or {}))
-    except ConfigError as exc:
-        raise ConfigError(f"{folder}: {exc}") from None
+    except RepositoryError as exc:
+        raise RepositoryError(f"{folder}: {exc}") from None
     config = ModelConfig(
         config.name, config.platform, config.inputs, config.outputs, batching, config.parameters
     )
-    if config.platform == "onnxruntime_onnx" and config.parameters.get("tokenizer"):
-        return _load_text_model(folder, config, threads)
-    version = _latest_version(folder, MODEL_FILES[config.platform])
     threads = threads or default_threads(batching.instance_count)
-    model_path = version / MODEL_FILES[config.platform]
+    spec = backend_spec(config.platform)
+    is_text = bool(config.parameters.get("tokenizer")) and spec.model_format == "onnx"
+    if is_text:
+        loaded = load_model_folder(folder, proto)
+        model_path = loaded.onnx_path
+    else:
+        model_path = _latest_version(folder, spec.model_file) / spec.model_file
     backends = [
         make_backend(config.platform, model_path, threads) for _ in range(batching.instance_count)
     ]
     _check_declared(config, backends[0], folder)
-    return TensorModel(config, version, backends)
-
-
-def _load_text_model(folder: Path, config: ModelConfig, threads: int | None) -> ServedModel:
-    """A text classifier folder, read and validated by the offline side's loader (the same
-    checks and the same tokenizer settings the gates ran with)."""
-    from inference_pipeline.repository import RepositoryError, load_model_folder
-
-    try:
-        loaded = load_model_folder(folder)
-    except RepositoryError as exc:
-        raise ConfigError(str(exc)) from None
-    instances = config.batching.instance_count
-    threads = threads or default_threads(instances)
-    backends = [make_backend(config.platform, loaded.onnx_path, threads) for _ in range(instances)]
-    _check_declared(config, backends[0], folder)
+    if not is_text:
+        return TensorModel(config, model_path.parent, backends)
     return TextClassifierModel(
         config,
-        loaded.onnx_path.parent,
+        model_path.parent,
         backends,
         loaded.tokenizer.tokenizer,
         list(loaded.labels),
@@ -253,7 +254,7 @@ def generation_folders(path: Path) -> list[Path]:
     """The repository's generation model folders (``backend: "generation"``), or ``path``
     itself when it is one; ``serve`` mounts their routes beside the v2 models."""
     path = Path(path)
-    if (path / "config.pbtxt").is_file():
+    if (path / CONFIG_FILE).is_file():
         return [path] if is_generation_folder(path) else []
     if not path.is_dir():
         return []
@@ -268,11 +269,11 @@ def load_repository(
     those yields an empty list."""
     path = Path(path)
     if not path.is_dir():
-        raise ConfigError(f"{path}: no such model repository")
-    if (path / "config.pbtxt").is_file():
+        raise RepositoryError(f"{path}: no such model repository")
+    if (path / CONFIG_FILE).is_file():
         return [] if is_generation_folder(path) else [load_model(path, overrides, threads)]
-    folders = sorted(p for p in path.iterdir() if (p / "config.pbtxt").is_file())
+    folders = sorted(p for p in path.iterdir() if (p / CONFIG_FILE).is_file())
     if not folders:
-        raise ConfigError(f"{path}: no model folder (with a config.pbtxt) inside")
+        raise RepositoryError(f"{path}: no model folder (with a config.pbtxt) inside")
     folders = [p for p in folders if not is_generation_folder(p)]
     return [load_model(folder, overrides, threads) for folder in folders]
