@@ -23,11 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from inference_pipeline.runtime import Outputs, Runner
-
-# OpenVINO's ``INFERENCE_PRECISION_HINT`` spellings, by our precision names.
+# OpenVINO's ``INFERENCE_PRECISION_HINT`` spelling of each precision a recipe computes in.
 PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16"}
 # /proc/cpuinfo flags of a CPU with native BF16 arithmetic (AVX-512 BF16 dot products or AMX).
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -57,61 +53,37 @@ def bf16_unsupported_reason(flags: set[str] | None = None) -> str | None:
     return f"this CPU has none of the BF16 flags {', '.join(BF16_FLAGS)} in /proc/cpuinfo"
 
 
-def compile_settings(threads: int, precision: str, streams: int = 1) -> dict[str, object]:
-    """The OpenVINO CPU properties of one compiled model (see the module docstring)."""
-    if precision not in PRECISION_HINTS:
-        raise ValueError(f"precision {precision!r}: OpenVINO variants are {list(PRECISION_HINTS)}")
+def compile_settings(threads: int, hint: str = "f32", streams: int = 1) -> dict[str, object]:
+    """The OpenVINO CPU properties of one compiled model (see the module docstring);
+    ``hint`` is an ``INFERENCE_PRECISION_HINT`` value, ``f32`` or ``bf16``."""
+    if hint not in PRECISION_HINTS.values():
+        known = sorted(PRECISION_HINTS.values())
+        raise ValueError(f"INFERENCE_PRECISION_HINT {hint!r}: served here are {known}")
     return {
         "INFERENCE_NUM_THREADS": int(threads),
         "NUM_STREAMS": int(streams),
         "PERFORMANCE_HINT": "LATENCY",
-        "INFERENCE_PRECISION_HINT": PRECISION_HINTS[precision],
+        "INFERENCE_PRECISION_HINT": hint,
         # Pinning would bind the inference threads to cores the server's event loop and
-        # tokenizer also need; ONNX Runtime sessions are not pinned either.
+        # tokenizer also need; ONNX Runtime's threads are not pinned either.
         "ENABLE_CPU_PINNING": False,
     }
 
 
-def compile_model(path: Path, threads: int = 1, precision: str = "fp32", streams: int = 1):
-    """An ``openvino.CompiledModel`` of ``path`` (ONNX or IR) on the CPU."""
+def compile_model(path: Path, threads: int = 1, hint: str | None = "f32", streams: int = 1):
+    """An ``openvino.CompiledModel`` of ``path`` (ONNX or IR) on the CPU; ``hint=None``
+    compiles with OpenVINO's own defaults (what a user gets from ``compile_model(path)``)."""
     import openvino as ov
 
-    settings = compile_settings(threads, precision, streams)
+    settings = (
+        compile_settings(threads, hint, streams)
+        if hint is not None
+        else {"INFERENCE_NUM_THREADS": int(threads), "NUM_STREAMS": int(streams)}
+    )
     try:
         core = ov.Core()
         return core.compile_model(core.read_model(str(path)), "CPU", settings)
     except Exception as exc:  # OpenVINO raises RuntimeError subclasses for unreadable files
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
         raise OpenVinoError(f"{path}: OpenVINO cannot load it ({first})") from None
-
-
-class OpenVinoModel:
-    """One compiled model and its one infer request: named arrays in, named arrays out.
-    ``infer`` releases the GIL while it runs; one object must not be called from two threads
-    at once (the request's output buffers are reused)."""
-
-    def __init__(
-        self, path: Path, threads: int = 1, precision: str = "fp32", streams: int = 1
-    ) -> None:
-        self.compiled = compile_model(path, threads, precision, streams)
-        self.request = self.compiled.create_infer_request()
-        self.input_names = tuple(port.get_any_name() for port in self.compiled.inputs)
-        self.output_names = tuple(port.get_any_name() for port in self.compiled.outputs)
-
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self.request.infer(feeds)
-        # Copies: the request overwrites its output tensors on the next call.
-        return {
-            name: np.array(self.request.get_output_tensor(index).data, copy=True)
-            for index, name in enumerate(self.output_names)
-        }
-
-
-def openvino_runner(model: OpenVinoModel) -> Runner:
-    """The gates' and the bench's ``Runner`` over an OpenVINO model: (logits, embedding)."""
-
-    def run(inputs: dict[str, np.ndarray]) -> Outputs:
-        out = model.run(inputs)
-        return np.asarray(out["logits"], np.float32), np.asarray(out["embedding"], np.float32)
-
-    return run

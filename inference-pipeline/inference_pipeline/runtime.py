@@ -62,6 +62,16 @@ def session_runner(session: ort.InferenceSession) -> Runner:
     return run
 
 
+def backend_runner(backend) -> Runner:
+    """A ``Runner`` over any serving backend (``serving.backends``: ``run(feeds) -> dict``)."""
+
+    def run(inputs: dict[str, np.ndarray]) -> Outputs:
+        out = backend.run(inputs)
+        return np.asarray(out["logits"], np.float32), np.asarray(out["embedding"], np.float32)
+
+    return run
+
+
 def run_texts(
     runner: Runner, tokenizer: TextTokenizer, texts: Sequence[str], batch_size: int
 ) -> Outputs:
@@ -74,18 +84,27 @@ def run_texts(
     return np.concatenate(logits), np.concatenate(embeddings)
 
 
-def measure_latency(
-    runner: Runner, inputs: dict[str, np.ndarray], iterations: int, warmup: int = 3
-) -> dict[str, float]:
-    """Wall-clock latency of ``runner(inputs)`` in ms: p50, p90, p99 over ``iterations``."""
+def interleaved_ms(
+    runners: dict[str, Runner],
+    inputs: dict[str, np.ndarray],
+    rounds: int,
+    warmup: int = 3,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, np.ndarray]:
+    """Milliseconds per call of each runner, timed in ``rounds`` rounds that call every
+    runner once in turn: load from other processes then hits every runner alike instead of
+    whichever ran during a spike (medians of these are what the build and the bench compare)."""
     import time
 
-    for _ in range(warmup):
-        runner(inputs)
-    samples = []
-    for _ in range(max(1, iterations)):
-        start = time.perf_counter()
-        runner(inputs)
-        samples.append((time.perf_counter() - start) * 1e3)
-    p50, p90, p99 = np.percentile(samples, [50, 90, 99])
-    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "runs": len(samples)}
+    for run in runners.values():  # warm-up: first-call allocations, arena growth, JIT
+        for _ in range(warmup):
+            run(inputs)
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    for index in range(max(1, rounds)):
+        for name, run in runners.items():
+            start = time.perf_counter()
+            run(inputs)
+            samples[name].append((time.perf_counter() - start) * 1e3)
+        if progress and ((index + 1) % 10 == 0 or index + 1 == rounds):
+            progress(f"  round {index + 1}/{rounds}")
+    return {name: np.asarray(values) for name, values in samples.items()}

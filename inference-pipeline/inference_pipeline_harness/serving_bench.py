@@ -70,18 +70,24 @@ def log(message: str) -> None:
 
 
 def choose_model(repository: Path) -> tuple[str, str]:
-    """The promoted INT8 variant with the lowest latency in the manifest, else FP32 (said)."""
+    """The manifest's promoted default (the build's fastest at batch 8), else the promoted
+    INT8 variant with the lowest batch-1 latency, else FP32 (said)."""
     folders = sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
     if not folders:
         raise FileNotFoundError(f"{repository}: no model folder with a config.pbtxt")
     manifest_path = repository / "manifest.json"
     latency: dict[str, float] = {}
+    served = None
     if manifest_path.is_file():
-        for variant in json.loads(manifest_path.read_text()).get("variants", []):
-            figures = variant.get("latency_ms_batch1_seq128") or variant.get("latency_ms") or {}
-            value = figures.get("p50") if isinstance(figures, dict) else None
+        manifest = json.loads(manifest_path.read_text())
+        served = (manifest.get("default_variant") or {}).get("served")
+        for variant in manifest.get("variants", []):
+            figures = variant.get("latency_ms_seq128_1_thread") or {}
+            value = figures.get("batch1_p50") if isinstance(figures, dict) else None
             if variant.get("promoted") and isinstance(value, int | float):
                 latency[variant["name"]] = float(value)
+    if served in folders:
+        return served, f"{served}: the promoted default (fastest measured at batch 8)"
     # only promoted variants get a folder, so every folder here passed its gates
     checked = "promoted" if manifest_path.is_file() else "no manifest: gates not checked"
     int8 = [name for name in folders if "int8" in name]

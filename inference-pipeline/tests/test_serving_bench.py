@@ -9,16 +9,23 @@ from inference_pipeline_harness.serving_bench import BenchSettings, choose_model
 from inference_pipeline_harness.serving_fixtures import TINY_MODEL, sample_texts, tiny_repository
 
 
-def test_choose_model_prefers_int8_and_says_when_it_falls_back(tmp_path):
-    for name in ("m_fp32", "m_int8_dynamic", "m_int8_static"):
+def test_choose_model_prefers_the_promoted_default_then_int8_and_says_when_it_falls_back(
+    tmp_path,
+):
+    for name in ("m_fp32", "m_int8_dynamic", "m_int8_static", "m_ov_bf16"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.pbtxt").write_text("")
+    figures = "latency_ms_seq128_1_thread"
     manifest = {"variants": [
-        {"name": "m_int8_dynamic", "promoted": True, "latency_ms": {"p50": 3.0}},
-        {"name": "m_int8_static", "promoted": True, "latency_ms": {"p50": 2.0}},
+        {"name": "m_int8_dynamic", "promoted": True, figures: {"batch1_p50": 3.0}},
+        {"name": "m_int8_static", "promoted": True, figures: {"batch1_p50": 2.0}},
     ]}  # fmt: skip
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     assert choose_model(tmp_path)[0] == "m_int8_static"
+    manifest["default_variant"] = {"served": "m_ov_bf16"}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    name, note = choose_model(tmp_path)
+    assert name == "m_ov_bf16" and "promoted default" in note
     name, note = choose_model(tiny_repository())
     assert name == TINY_MODEL and "no INT8 variant" in note
 
