@@ -29,7 +29,13 @@ from inference_pipeline.gates import (
     build_gate_set,
     evaluate,
 )
-from inference_pipeline.model import TrainSettings, load_or_train, torch_outputs
+from inference_pipeline.model import (
+    PIPELINE_TRAINING,
+    QUICK_SETTINGS,
+    FineTuneConfig,
+    load_or_train,
+    torch_outputs,
+)
 from inference_pipeline.openvino_runtime import bf16_unsupported_reason
 from inference_pipeline.quantize import METHODS, Recipe, primary_recipes, recipe
 from inference_pipeline.runtime import (
@@ -58,7 +64,7 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class BuildSettings:
-    train: TrainSettings = TrainSettings()
+    train: FineTuneConfig = PIPELINE_TRAINING
     gate_dev_per_label: int = 40  # 200 held-out articles: one flipped text = 0.5 points
     ladder_per_length: int = 2
     calibration_texts: int = 32  # training articles for static INT8 calibration
@@ -67,9 +73,7 @@ class BuildSettings:
 
 
 QUICK_BUILD = BuildSettings(
-    train=TrainSettings(
-        train_per_label=8, dev_per_label=8, max_length=48, phase_one_epochs=2, phase_two_epochs=0
-    ),
+    train=QUICK_SETTINGS,
     gate_dev_per_label=4,
     ladder_per_length=1,
     calibration_texts=8,

@@ -108,7 +108,7 @@ def run_bench(repo: Path, threads: int, iterations: int, progress=print) -> Benc
     """Time torch eager and every promoted variant of ``repo``."""
     import onnxruntime as ort
     import torch
-    from inference_pipeline.model import TrainSettings, load_or_train, torch_outputs
+    from inference_pipeline.model import FineTuneConfig, load_or_train, torch_outputs
     from inference_pipeline.pipeline import manifest_recipe, variant_runner
     from inference_pipeline.repository import load_model_folder, read_manifest
     from inference_pipeline.runtime import interleaved_ms
@@ -123,7 +123,7 @@ def run_bench(repo: Path, threads: int, iterations: int, progress=print) -> Benc
             progress(f"not timed on CPU (a GPU speed path): {', '.join(skipped)}")
     folders = {v["name"]: load_model_folder(repo / v["name"]) for v in entries}
     torch.set_num_threads(threads)
-    trained = load_or_train(TrainSettings(**manifest["train_settings"]), progress=progress)
+    trained = load_or_train(FineTuneConfig(**manifest["train_settings"]), progress=progress)
     eager = trained.classifier("sdpa")
     inputs = {"one": fixed_length_inputs(1), "eight": fixed_length_inputs(THROUGHPUT_BATCH)}
     result = BenchResult(threads, iterations)

@@ -61,7 +61,9 @@ def test_litert_model_served_with_batching_and_two_instances(litert_repository):
             pending.append(client.async_infer("affine_litert", [tensor]))
         answers = [p.get_result().as_numpy("Identity") for p in pending]
         client.close()
-        executions = server.metrics.exec_count.labels("affine_litert")._value.get()
+        stats = server.entries["affine_litert"].statistics.snapshot()
+    executions = stats["execution_count"]
+    assert stats["inference_count"] == sum(len(x) for x in requests)
     for x, y in zip(requests, answers, strict=True):
         np.testing.assert_allclose(y, x @ WEIGHTS + 1.0, rtol=1e-5, atol=1e-5)
     assert executions < len(requests)  # the five requests shared batches

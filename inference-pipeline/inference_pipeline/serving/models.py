@@ -7,21 +7,24 @@ Two kinds behind one interface:
 - ``TensorModel``: the config's tensors as they are (for example lab 03's TFLite model);
   requests share a batch only when their non-batch shapes match.
 Both split a batch into per-request ``prepare`` (on the event loop) and ``run_batch`` (in a
-worker thread, on one model instance).
+worker thread, on one model instance); ``phases[instance]`` holds the last batch's input
+assembly / model run / output split times (the statistics extension's compute_* figures).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
 
 from inference_pipeline.repository import (
     CONFIG_FILE,
+    GENERATION_BACKEND,
     RepositoryError,
-    is_generation_folder,
     load_model_folder,
     read_config,
 )
@@ -37,6 +40,7 @@ from inference_pipeline.serving.config import (
     TensorSpec,
     serving_config,
 )
+from inference_pipeline.serving.statistics import Phases
 
 V2_TO_NUMPY = {
     "BOOL": np.bool_,
@@ -76,6 +80,7 @@ class ServedModel:
     batching: BatchingSettings
     inputs: tuple[TensorSpec, ...]  # as clients see them (batch dim excluded)
     outputs: tuple[TensorSpec, ...]
+    phases: list[Phases]  # per instance: the last batch's compute phases
 
     def prepare(self, inputs: dict[str, np.ndarray]) -> Prepared:
         raise NotImplementedError
@@ -125,6 +130,7 @@ class TextClassifierModel(ServedModel):
         self._dtypes = {spec.name: V2_TO_NUMPY[spec.datatype] for spec in config.inputs}
         self.inputs = (TensorSpec(TEXT_INPUT, "BYTES", ()),)
         self.outputs = (*config.outputs, TensorSpec(LABEL_OUTPUT, "BYTES", ()))
+        self.phases = [Phases() for _ in backends]
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         """Token ids per text, unpadded (the tokenizer may pad a request's texts on the right;
@@ -157,12 +163,18 @@ class TextClassifierModel(ServedModel):
         }
 
     def run_batch(self, instance: int, batch: list[list[list[int]]]) -> list[dict[str, np.ndarray]]:
+        start = time.perf_counter()
         rows = [row for request in batch for row in request]
-        outputs = self.backends[instance].run(self.encode_batch(rows))
+        feeds = self.encode_batch(rows)
+        ran = time.perf_counter()
+        outputs = self.backends[instance].run(feeds)
+        done = time.perf_counter()
         logits = outputs[self.config.outputs[0].name]
         label_ids = logits.argmax(axis=-1)
         outputs[LABEL_OUTPUT] = np.array([self.labels[i].encode() for i in label_ids], dtype=object)
-        return _split(outputs, [len(request) for request in batch])
+        results = _split(outputs, [len(request) for request in batch])
+        self.phases[instance] = Phases(ran - start, done - ran, time.perf_counter() - done)
+        return results
 
 
 class TensorModel(ServedModel):
@@ -173,6 +185,7 @@ class TensorModel(ServedModel):
         self.batching = config.batching
         self.backends = backends
         self.inputs, self.outputs = config.inputs, config.outputs
+        self.phases = [Phases() for _ in backends]
 
     def prepare(self, inputs: dict[str, np.ndarray]) -> Prepared:
         expected = {spec.name: spec for spec in self.inputs}
@@ -185,9 +198,14 @@ class TensorModel(ServedModel):
         return Prepared(data=inputs, rows=rows.pop(), shape_key=shape_key)
 
     def run_batch(self, instance: int, batch: list[dict[str, np.ndarray]]) -> list[dict]:
+        start = time.perf_counter()
         feeds = {name: np.concatenate([request[name] for request in batch]) for name in batch[0]}
+        ran = time.perf_counter()
         outputs = self.backends[instance].run(feeds)
-        return _split(outputs, [len(next(iter(request.values()))) for request in batch])
+        done = time.perf_counter()
+        results = _split(outputs, [len(next(iter(request.values()))) for request in batch])
+        self.phases[instance] = Phases(ran - start, done - ran, time.perf_counter() - done)
+        return results
 
 
 def _latest_version(folder: Path, filename: str) -> Path:
@@ -211,13 +229,16 @@ def _check_declared(config: ModelConfig, backend: Backend, folder: Path) -> None
 
 
 def load_model(
-    folder: Path, overrides: dict[str, object] | None = None, threads: int | None = None
+    folder: Path,
+    overrides: dict[str, object] | None = None,
+    threads: int | None = None,
+    proto: mc.ModelConfig | None = None,
 ) -> ServedModel:
     """Load one model folder (config.pbtxt, <version>/model.*, tokenizer, labels): the
-    config is read once; a text classifier's folder is validated by the same loader the
-    gates use (the same checks and tokenizer settings)."""
+    config is read once (``proto``: already read by the caller); a text classifier's folder
+    is validated by the same loader the gates use (the same checks and tokenizer settings)."""
     folder = Path(folder)
-    proto = read_config(folder / CONFIG_FILE)
+    proto = proto if proto is not None else read_config(folder / CONFIG_FILE)
     config = serving_config(proto, folder / CONFIG_FILE)
     try:
         batching = config.batching.with_overrides(**(overrides or {}))
@@ -251,15 +272,32 @@ def load_model(
     )
 
 
+def repository_folders(path: Path) -> tuple[list[tuple[Path, mc.ModelConfig]], list[Path]]:
+    """(v2 model folders with their parsed config, generation folders) of a repository, or
+    of ``path`` itself when it is one model folder; every config.pbtxt is read once."""
+    path = Path(path)
+    if not path.is_dir():
+        raise RepositoryError(f"{path}: no such model repository")
+    if (path / CONFIG_FILE).is_file():
+        folders = [path]
+    else:
+        folders = sorted(p for p in path.iterdir() if (p / CONFIG_FILE).is_file())
+        if not folders:
+            raise RepositoryError(f"{path}: no model folder (with a config.pbtxt) inside")
+    v2, generation = [], []
+    for folder in folders:
+        proto = read_config(folder / CONFIG_FILE)
+        if proto.backend == GENERATION_BACKEND:
+            generation.append(folder)
+        else:
+            v2.append((folder, proto))
+    return v2, generation
+
+
 def generation_folders(path: Path) -> list[Path]:
     """The repository's generation model folders (``backend: "generation"``), or ``path``
     itself when it is one; ``serve`` mounts their routes beside the v2 models."""
-    path = Path(path)
-    if (path / CONFIG_FILE).is_file():
-        return [path] if is_generation_folder(path) else []
-    if not path.is_dir():
-        return []
-    return sorted(p for p in path.iterdir() if is_generation_folder(p))
+    return repository_folders(path)[1]
 
 
 def load_repository(
@@ -268,13 +306,5 @@ def load_repository(
     """Every v2 model of a repository (or the one model if ``path`` is a model folder).
     Generation folders are skipped (see ``generation_folders``); a repository holding only
     those yields an empty list."""
-    path = Path(path)
-    if not path.is_dir():
-        raise RepositoryError(f"{path}: no such model repository")
-    if (path / CONFIG_FILE).is_file():
-        return [] if is_generation_folder(path) else [load_model(path, overrides, threads)]
-    folders = sorted(p for p in path.iterdir() if (p / CONFIG_FILE).is_file())
-    if not folders:
-        raise RepositoryError(f"{path}: no model folder (with a config.pbtxt) inside")
-    folders = [p for p in folders if not is_generation_folder(p)]
-    return [load_model(folder, overrides, threads) for folder in folders]
+    v2, _ = repository_folders(path)
+    return [load_model(folder, overrides, threads, proto) for folder, proto in v2]
