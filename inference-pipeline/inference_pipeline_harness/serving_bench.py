@@ -45,6 +45,7 @@ class BenchSettings:
     texts: int = 400  # BBC dev articles per workload
     overhead_samples: int = 300
     length_aware: bool = True  # also compare length-aware grouping on mixed lengths
+    stages: bool = True  # per-stage times at c=16, batched/unbatched x shared/pinned cores
 
 
 @dataclass
@@ -59,6 +60,7 @@ class BenchResults:
     overhead: dict = field(default_factory=dict)
     ray: dict = field(default_factory=dict)
     length_aware: dict = field(default_factory=dict)  # mixed lengths: on vs off
+    stages: dict = field(default_factory=dict)  # placement -> config -> per-request stage ms
     machine: str = ""
 
     def to_json(self) -> str:
@@ -142,6 +144,115 @@ def measure_with_batches(url: str, model: str, texts: list[str], concurrency: in
         "avg_batch": rows / executions if executions else 0.0,
         "compute_ms_per_row": compute / rows * 1e3 if rows else 0.0,
     }
+
+
+def stage_counters(url: str) -> dict[str, float]:
+    """From the server's /metrics: seconds summed per serving stage, the requests answered
+    and the seconds they spent inside the server, rows and executions."""
+    import re
+    import urllib.request
+
+    from inference_pipeline.serving.metrics import STAGES
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+
+    def total(pattern: str) -> float:
+        return sum(float(v) for v in re.findall(pattern + r"[^}]*\} ([0-9.e+-]+)", text))
+
+    out = {
+        stage: total(rf'inference_stage_seconds_sum\{{[^}}]*stage="{stage}"') for stage in STAGES
+    }
+    out["requests"] = total(r"inference_request_seconds_count\{")
+    out["in_server"] = total(r"inference_request_seconds_sum\{")
+    out["rows"] = total(r"inference_count_total\{")
+    out["executions"] = total(r"inference_exec_count_total\{")
+    return out
+
+
+def _threads_of(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return [pid]
+
+
+def pin(pid: int, cores: set[int]) -> None:
+    """Every thread of process ``pid`` onto ``cores`` (threads made later inherit it)."""
+    for tid in _threads_of(pid):
+        try:
+            os.sched_setaffinity(tid, cores)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
+def stage_breakdown(folder: Path, name: str, texts: list[str], s: BenchSettings) -> dict:
+    """Where a request's time goes at concurrency 16, batched vs max_batch_size 1, with the
+    load generator sharing the server's cores ("shared") and with the server on core 0 and
+    the load generator (this process) on core 1 ("pinned"), interleaved round by round.
+    Both servers run the model on 1 thread, so the placements differ only in who shares
+    the cores. Figures are ms per answered request (batch stages: the batch's time / its
+    requests); "other in server" is the in-server time no stage accounts for (waiting for
+    the event loop or for a worker thread)."""
+    from inference_pipeline.serving.metrics import STAGES
+
+    cores = sorted(os.sched_getaffinity(0))
+    placements = ["shared"] + (["pinned"] if len(cores) >= 2 else [])
+    if len(placements) == 1:
+        log("stage breakdown: one core only, so no pinned placement")
+    flags = ["--threads", "1", "--log-level", "warning"]
+    measured: dict[str, dict[str, list[dict]]] = {
+        p: {"batched": [], "unbatched": []} for p in placements
+    }
+    with (
+        server_process(folder, *flags) as (batched_url, batched),
+        server_process(folder, *flags, "--max-batch-size", "1") as (unbatched_url, unbatched),
+    ):
+        servers = {
+            "batched": (batched_url, batched.pid),
+            "unbatched": (unbatched_url, unbatched.pid),
+        }
+        try:
+            for index in range(s.rounds):
+                for placement in placements if index % 2 == 0 else placements[::-1]:
+                    for config, (url, pid) in servers.items():
+                        if placement == "pinned":
+                            pin(pid, {cores[0]})
+                            pin(os.getpid(), {cores[1]})
+                        else:
+                            pin(pid, set(cores))
+                            pin(os.getpid(), set(cores))
+                        before = stage_counters(url)
+                        result = measure(url, name, texts, 16, s)
+                        after = stage_counters(url)
+                        delta = {k: after[k] - before[k] for k in after}
+                        measured[placement][config].append({"result": result, "delta": delta})
+                log(f"stage breakdown round {index + 1}/{s.rounds} done")
+        finally:
+            for _, pid in servers.values():
+                pin(pid, set(cores))
+            pin(os.getpid(), set(cores))
+    out: dict[str, dict] = {}
+    for placement, configs in measured.items():
+        out[placement] = {}
+        for config, runs in configs.items():
+            per_run = []
+            for run in runs:
+                d = run["delta"]
+                requests = max(d["requests"], 1.0)
+                ms = {stage: d[stage] / requests * 1e3 for stage in STAGES}
+                accounted = sum(ms.values())
+                ms["other in server"] = d["in_server"] / requests * 1e3 - accounted
+                ms["throughput"] = run["result"].throughput
+                ms["client p50"] = run["result"].latency_ms.get("p50", float("nan"))
+                ms["avg batch"] = d["rows"] / d["executions"] if d["executions"] else 0.0
+                per_run.append(ms)
+            out[placement][config] = {
+                key: statistics.median(r[key] for r in per_run) for key in per_run[0]
+            }
+        batched, unbatched = out[placement]["batched"], out[placement]["unbatched"]
+        out[placement]["batching ratio"] = batched["throughput"] / unbatched["throughput"]
+    return out
 
 
 def summary(results: list[LevelResult], batches: list[dict] | None = None) -> dict:
@@ -317,6 +428,8 @@ def run_bench(
                 results.length_aware = length_aware_comparison(pair, name, loads, s)
         if s.ray:
             results.ray = ray_comparison(folder, name, loads["short"], batched_url, s)
+    if s.stages:
+        results.stages = stage_breakdown(folder, name, loads["short"], s)
     return results
 
 

@@ -32,7 +32,8 @@ def test_choose_model_prefers_the_promoted_default_then_int8_and_says_when_it_fa
 
 def test_toy_bench_measures_and_builds_its_report(tmp_path):
     settings = BenchSettings(quick=True, duration_s=0.3, rounds=1, sweep=(2,), ray=False,
-                             warmup_s=0.1, overhead_samples=20, length_aware=False)  # fmt: skip
+                             warmup_s=0.1, overhead_samples=20, length_aware=False,
+                             stages=True)  # fmt: skip
     loads = {"short": sample_texts(40, seed=12, max_words=5), "long": sample_texts(40, seed=13)}
     results = run_bench(tiny_repository(), settings, loads)
     for workload in ("short", "long"):
@@ -46,8 +47,17 @@ def test_toy_bench_measures_and_builds_its_report(tmp_path):
     assert set(results.overhead["p50_ms"]) == {
         "direct", "batcher", "batcher_delay_2ms"
     }  # fmt: skip
+    # per-stage times from /metrics: every stage seen, unbatched really ran batches of 1
+    for placement, configs in results.stages.items():
+        assert configs["unbatched"]["avg batch"] == 1.0, placement
+        for config in ("batched", "unbatched"):
+            figures = configs[config]
+            assert figures["throughput"] > 0
+            assert all(figures[stage] > 0 for stage in ("parse", "tokenize", "model", "encode"))
+        assert configs["batching ratio"] > 0
+    assert "shared" in results.stages
     lines = serving_report.write_outputs(results, tmp_path)
-    assert "vs unbatched" in lines[0]
+    assert "vs unbatched" in lines[0] and "Where the time goes" in lines[0]
     for name in ("results.json", "tables.md", "batching.png", "sweep.png"):
         assert (tmp_path / name).stat().st_size > 0
     checks = serving_report.checks(results)
