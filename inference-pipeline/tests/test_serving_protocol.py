@@ -324,11 +324,12 @@ def metric_values(url: str, name: str) -> dict[str, float]:
 
 
 def stable_statistics(client) -> dict:
-    """The model's statistics once two reads 0.2 s apart agree (every replica has reported
-    the requests of the tests before)."""
+    """The model's statistics once two reads 0.6 s apart agree: every Ray replica reports
+    changed counters within ``ray_deployment.PUSH_INTERVAL_S`` (0.25 s), so by then each has
+    reported the requests of the tests before."""
     (last,) = client.get_inference_statistics(TINY_MODEL)["model_stats"]
-    for _ in range(50):
-        time.sleep(0.2)
+    for _ in range(30):
+        time.sleep(0.6)
         (stats,) = client.get_inference_statistics(TINY_MODEL)["model_stats"]
         if stats == last:
             return stats
