@@ -192,8 +192,9 @@ def stage_breakdown(folder: Path, name: str, texts: list[str], s: BenchSettings)
     the load generator (this process) on core 1 ("pinned"), interleaved round by round.
     Both servers run the model on 1 thread, so the placements differ only in who shares
     the cores. Figures are ms per answered request (batch stages: the batch's time / its
-    requests); "other in server" is the in-server time no stage accounts for (waiting for
-    the event loop or for a worker thread)."""
+    requests, the CPU each request costs); "batch wall" is a batch's whole time (what each of
+    its requests waits); "other in server" is the in-server time left (waiting for the event
+    loop to resume the request after its batch, or for a worker thread)."""
     from inference_pipeline.serving.metrics import STAGES
 
     cores = sorted(os.sched_getaffinity(0))
@@ -241,8 +242,11 @@ def stage_breakdown(folder: Path, name: str, texts: list[str], s: BenchSettings)
                 d = run["delta"]
                 requests = max(d["requests"], 1.0)
                 ms = {stage: d[stage] / requests * 1e3 for stage in STAGES}
-                accounted = sum(ms.values())
-                ms["other in server"] = d["in_server"] / requests * 1e3 - accounted
+                # every request of a batch waits for the whole batch, not its share
+                batch = sum(d[k] for k in ("pad", "model", "split"))
+                ms["batch wall"] = batch / max(d["executions"], 1.0) * 1e3
+                waited = sum(ms[k] for k in ("parse", "tokenize", "queue", "encode"))
+                ms["other in server"] = d["in_server"] / requests * 1e3 - waited - ms["batch wall"]
                 ms["throughput"] = run["result"].throughput
                 ms["client p50"] = run["result"].latency_ms.get("p50", float("nan"))
                 ms["avg batch"] = d["rows"] / d["executions"] if d["executions"] else 0.0

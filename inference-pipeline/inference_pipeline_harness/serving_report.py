@@ -110,7 +110,7 @@ def plot_batching(results, path: Path) -> None:
 
 STAGE_COLUMNS = [
     "cores", "config", "req/s", "avg batch", "parse", "tokenize", "queue", "pad", "model",
-    "split", "encode", "other in server", "client p50 ms",
+    "split", "encode", "batch wall", "other in server", "client p50 ms",
 ]  # fmt: skip
 
 
