@@ -457,15 +457,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short levels, one round, no Ray")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument(
+        "--stages-only", action="store_true",
+        help="only where the time goes at c=16 (batched/unbatched x shared/pinned cores)",
+    )  # fmt: skip
+    parser.add_argument("--model", help="the model folder to serve (default: as choose_model)")
     args = parser.parse_args(argv)
     try:
         repository = find_repository(args.repository)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.model and not (repository / args.model / "config.pbtxt").is_file():
+        print(f"error: {repository / args.model}: no model folder there", file=sys.stderr)
+        return 2
     settings = bench_settings(args.quick, ray=not args.no_ray)
     # SIGTERM unwinds like Ctrl-C, so the servers this bench started are stopped too
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.stages_only:
+        from inference_pipeline_harness.serving_report import STAGE_COLUMNS, stage_rows
+
+        name = args.model or choose_model(repository)[0]
+        stages = stage_breakdown(
+            repository / name, name, workloads(settings.texts)["short"], settings
+        )
+        results = BenchResults(
+            model=name, model_note=name, settings=asdict(settings), stages=stages
+        )
+        gains = [f"{placement} {c['batching ratio']:.2f}x" for placement, c in stages.items()]
+        print(f"{name}: batching gain " + ", ".join(gains))
+        for row in [STAGE_COLUMNS, *stage_rows(results)]:
+            print(" | ".join(str(cell) for cell in row))
+        return 0
     results = run_bench(repository, settings)
     from inference_pipeline_harness.serving_report import write_outputs
 
