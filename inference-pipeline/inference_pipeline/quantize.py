@@ -42,6 +42,12 @@ from inference_pipeline.tokenization import TextTokenizer
 # Quantizing only the MatMuls (the weights and nearly all the FLOPs) keeps LayerNorm, Softmax
 # and the residual Adds in FP32, where INT8 would cost accuracy for little speed.
 QUANTIZED_OPS = ("MatMul",)
+# Static INT8's activation-range estimators (``Recipe.calibration``).
+CALIBRATIONS = {
+    "minmax": CalibrationMethod.MinMax,
+    "percentile": CalibrationMethod.Percentile,
+    "entropy": CalibrationMethod.Entropy,
+}
 _QUANT_OPTIONS = {"DefaultTensorType": onnx.TensorProto.FLOAT}  # fused ops lack type info
 
 
@@ -114,9 +120,10 @@ def quantize_int8_static(
     exclude: Sequence[str] = (),
     symmetric_activations: bool = False,
     weight_matmuls_only: bool = False,
+    calibration: str = "minmax",
 ) -> Path:
-    """QDQ INT8 with activation ranges from ``calibration_texts`` (MinMax calibration);
-    ``exclude``: node names kept FP32 (see ``KEEP_FP32``).
+    """QDQ INT8 with activation ranges from ``calibration_texts`` (``calibration``: a key of
+    ``CALIBRATIONS``); ``exclude``: node names kept FP32 (see ``KEEP_FP32``).
 
     ``symmetric_activations``: INT8 activations with zero point 0 instead of UINT8 with a
     zero point; ``weight_matmuls_only``: only MatMuls with a weight initializer (the
@@ -142,7 +149,7 @@ def quantize_int8_static(
             weight_type=QuantType.QInt8,
             op_types_to_quantize=list(QUANTIZED_OPS),
             nodes_to_quantize=nodes,
-            calibrate_method=CalibrationMethod.MinMax,
+            calibrate_method=CALIBRATIONS[calibration],
             nodes_to_exclude=list(exclude),
             extra_options={**_QUANT_OPTIONS, "ActivationSymmetric": symmetric_activations},
         )
@@ -180,7 +187,7 @@ class Recipe:
     gates: tuple[GateCheck, ...]
     made_by: str  # for the manifest; "{calibration}" is the number of calibration texts
     per_channel: bool = False  # INT8 weight scales per output channel (else per tensor)
-    calibration: str | None = None  # "minmax": static activation ranges from training texts
+    calibration: str | None = None  # a key of CALIBRATIONS: static ranges from training texts
     keep_fp32: str | None = None  # a key of KEEP_FP32
     fallback: str | None = None  # the recipe built instead when this one fails a gate
     folder: str | None = None  # a fallback shares the folder of the recipe it replaces
@@ -274,6 +281,7 @@ def _static(row: Recipe, src: Path, dst: Path, tokenizer: TextTokenizer, texts: 
         exclude=exclude,
         symmetric_activations=row.symmetric_activations,
         weight_matmuls_only=row.weight_matmuls_only,
+        calibration=row.calibration or "minmax",
     )
 
 
