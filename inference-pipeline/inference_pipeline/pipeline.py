@@ -221,10 +221,11 @@ def build(
                 row, classifier, tokenizer, work, calibration, made, fusions, progress
             )
 
-        skipped = {row.name: reason for row in primary_recipes() if (reason := _unmet(row))}
+        rows = primary_recipes()
+        skipped = {row.name: reason for row in rows if (reason := missing_capability(row))}
         for name, reason in skipped.items():
             progress(f"  skipped {name}: {reason}")
-        variants = [make(row) for row in primary_recipes() if row.name not in skipped]
+        variants = [make(row) for row in rows if row.name not in skipped]
     with _timed(seconds, "reference", progress):
         gate_set = build_gate_set(
             tokenizer, settings.gate_dev_per_label, settings.ladder_per_length, settings.train.seed
@@ -287,7 +288,7 @@ def build(
     )
 
 
-def _unmet(row: Recipe) -> str | None:
+def missing_capability(row: Recipe) -> str | None:
     """Why ``row`` cannot be made on this machine (None: it can)."""
     if row.needs == "bf16":
         return bf16_unsupported_reason()

@@ -185,3 +185,13 @@ def test_promotion_marks_the_fastest_median_per_batch(monkeypatch, tmp_path):
 
 def _passing(ok: bool = True) -> GateResult:
     return GateResult("non_finite_values", 0.0 if ok else 1.0, 0.0, "<=", ok)
+
+
+def test_rows_needing_bf16_are_skipped_with_the_reason_on_a_cpu_without_it(monkeypatch):
+    needs = [row for row in quantize.primary_recipes() if row.needs == "bf16"]
+    assert {row.name for row in needs} >= {"ov_bf16", "ov_int8_static_sym"}
+    reason = bf16_unsupported_reason({"avx512f"})
+    monkeypatch.setattr(pipeline, "bf16_unsupported_reason", lambda: reason)
+    assert all(pipeline.missing_capability(row) == reason for row in needs)
+    assert pipeline.missing_capability(quantize.recipe("ov_fp32")) is None
+    assert pipeline.missing_capability(quantize.recipe("int8_dynamic")) is None
