@@ -3,8 +3,9 @@
 The thresholds live in ONE place, :data:`GATES` (a frozen dataclass). A gate is a
 :class:`GateCheck` (a measure of :data:`MEASURES`, a limit, a comparison); the checks a
 variant must pass come from its row of the recipe table (``quantize.RECIPES``), usually one
-of the profiles :data:`FP32_GATES`, :data:`FP16_GATES`, :data:`INT8_GATES`. Each check yields
-a :class:`GateResult` (name, measured value, limit, passed), the one gate-result type of the
+of the profiles :data:`FP32_GATES`, :data:`FP16_GATES`, :data:`BF16_GATES`,
+:data:`INT8_GATES`. Each check yields a :class:`GateResult` (name, measured value, limit,
+passed), the one gate-result type of the
 package (the GPT's gates use it too); a variant with any failing gate is not promoted, and
 the build prints the gate and the value.
 
@@ -28,7 +29,8 @@ from inference_pipeline.tokenization import TextTokenizer
 
 @dataclass(frozen=True)
 class GateThresholds:
-    """Every gate's limit. FP32 = a variant that claims FP32 numerics; reduced = INT8/FP16."""
+    """Every gate's limit. FP32 = a variant that claims FP32 numerics; reduced =
+    INT8/FP16/BF16."""
 
     fp32_max_abs_logit_diff: float = 1e-4  # vs PyTorch, same padded batches
     fp32_alone_vs_batch_max_abs_diff: float = 1e-4  # logits and embeddings
@@ -39,6 +41,8 @@ class GateThresholds:
     # scales per batch, so the figure cannot be 1e-4; the embedding must still agree.
     reduced_alone_vs_batch_min_cosine: float = 0.98
     fp16_max_abs_logit_diff: float = 1e-2  # FP16 keeps ~3 significant digits
+    # BF16 has 8 significand bits to FP16's 11: the same error budget scaled by 2**3.
+    bf16_max_abs_logit_diff: float = 8e-2
     max_non_finite_values: int = 0
 
 
@@ -242,6 +246,11 @@ INT8_GATES = (_FINITE, *REDUCED_GATES)
 FP16_GATES = (
     _FINITE,
     GateCheck("max_abs_logit_diff_vs_torch", GATES.fp16_max_abs_logit_diff, "<="),
+    *REDUCED_GATES,
+)
+BF16_GATES = (
+    _FINITE,
+    GateCheck("max_abs_logit_diff_vs_torch", GATES.bf16_max_abs_logit_diff, "<="),
     *REDUCED_GATES,
 )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,16 +36,29 @@ from inference_pipeline.model import (
     load_or_train,
     torch_outputs,
 )
+from inference_pipeline.openvino_runtime import bf16_unsupported_reason
 from inference_pipeline.quantize import METHODS, Recipe, primary_recipes, recipe
-from inference_pipeline.runtime import make_session, measure_latency, session_runner
+from inference_pipeline.runtime import (
+    Runner,
+    backend_runner,
+    interleaved_ms,
+    make_session,
+    session_runner,
+)
+from inference_pipeline.serving.backends import backend_spec, make_backend
 from inference_pipeline.tokenization import TextTokenizer
 
 MODEL_PREFIX = "bbc_minilm"
 # The modules whose code decides what `build` writes (hashed into the build cache key).
 BUILD_MODULES = (
-    "export", "gates", "model", "optimize", "pipeline", "quantize", "repository", "runtime",
-    "tokenization",
+    "export", "gates", "model", "openvino_runtime", "optimize", "pipeline", "quantize",
+    "repository", "runtime", "tokenization",
 )  # fmt: skip
+# Promotion by measurement: every promoted variant is timed at these batch sizes, sequence
+# 128, with one intra-op thread (as the bench times them), in interleaved rounds.
+PROMOTION_BATCHES = (1, 8)
+PROMOTION_SEQUENCE = 128
+PROMOTION_THREADS = 1
 Progress = Callable[[str], None]
 
 
@@ -56,7 +69,7 @@ class BuildSettings:
     ladder_per_length: int = 2
     calibration_texts: int = 32  # training articles for static INT8 calibration
     threads: int = 2
-    latency_iterations: int = 20
+    latency_iterations: int = 20  # interleaved rounds at batch 1 (batch 8: a quarter, >= 3)
 
 
 QUICK_BUILD = BuildSettings(
@@ -75,7 +88,11 @@ class Variant:
     made_by: str  # how it was made, for the manifest
     path: Path
     gates: GateReport | None = None
-    latency_ms: dict[str, float] = field(default_factory=dict)
+    latency_ms: dict[str, float] = field(default_factory=dict)  # "batch1_p50", "batch8_p50"
+
+    @property
+    def runtime(self) -> str:
+        return self.recipe.runtime
 
     @property
     def route(self) -> str:
@@ -102,6 +119,8 @@ class BuildResult:
     reference_accuracy: float
     exported_program_max_abs_diff: float
     seconds: dict[str, float]
+    default_variant: dict = field(default_factory=dict)  # see :func:`promote_fastest`
+    skipped: dict[str, str] = field(default_factory=dict)  # recipe name -> why not made
 
 
 def _timed(seconds: dict[str, float], name: str, progress: Progress):
@@ -132,7 +151,10 @@ def _make_variant(
     (a row's ``source`` is made before it: the table lists sources first)."""
     dst = work / f"{row.name}.onnx"
     made_by = row.made_by.format(calibration=len(calibration), tool="")
-    if row.method == "export":
+    if row.method == "reuse":
+        dst = made[row.source]
+        progress(f"  {row.name}: {made_by}")
+    elif row.method == "export":
         result = export.export_onnx(classifier, row.route, export.example_inputs(tokenizer), dst)
         progress(f"  exported {row.route}: {result.node_count} nodes in {result.seconds:.1f} s")
     elif row.method == "fuse":
@@ -158,7 +180,9 @@ def _gate_variant(
     threads: int,
     progress: Progress,
 ) -> None:
-    runner = session_runner(make_session(variant.path, threads))
+    runner = variant_runner(
+        variant.runtime, variant.path, threads, variant.recipe.runtime_parameters
+    )
     candidate = evaluate(runner, tokenizer, gate_set)
     variant.gates = apply_gates(variant.name, variant.recipe.gates, candidate, reference, gate_set)
     if variant.promoted:
@@ -197,7 +221,11 @@ def build(
                 row, classifier, tokenizer, work, calibration, made, fusions, progress
             )
 
-        variants = [make(row) for row in primary_recipes()]
+        rows = primary_recipes()
+        skipped = {row.name: reason for row in rows if (reason := missing_capability(row))}
+        for name, reason in skipped.items():
+            progress(f"  skipped {name}: {reason}")
+        variants = [make(row) for row in rows if row.name not in skipped]
     with _timed(seconds, "reference", progress):
         gate_set = build_gate_set(
             tokenizer, settings.gate_dev_per_label, settings.ladder_per_length, settings.train.seed
@@ -222,11 +250,12 @@ def build(
                 variants[index] = variant = make(recipe(variant.recipe.fallback))
                 _gate_variant(variant, tokenizer, gate_set, reference, settings.threads, progress)
     with _timed(seconds, "latency", progress):
-        probe = tokenizer.encode([" ".join(["news"] * 200)])
-        probe = {k: v[:, :128] for k, v in probe.items()}  # batch 1, sequence 128
-        for variant in variants:
-            runner = session_runner(make_session(variant.path, settings.threads))
-            variant.latency_ms = measure_latency(runner, probe, settings.latency_iterations)
+        default_variant = promote_fastest(variants, tokenizer, settings.latency_iterations)
+        for batch, choice in default_variant.get("by_batch", {}).items():
+            progress(
+                f"  fastest at batch {batch}: {choice['variant']} "
+                f"({choice['p50_ms']:.1f} ms p50, {PROMOTION_THREADS} thread)"
+            )
     with _timed(seconds, "repository", progress):
         write_repository(
             repo,
@@ -243,6 +272,8 @@ def build(
                 "threads": settings.threads,
                 "exported_program_max_abs_diff": ep_diff,
                 "build_seconds": seconds,
+                "default_variant": default_variant,
+                "skipped_variants": skipped,
             },
         )
     return BuildResult(
@@ -252,7 +283,63 @@ def build(
         reference.accuracy(gate_set.labels),
         ep_diff,
         seconds,
+        default_variant,
+        skipped,
     )
+
+
+def missing_capability(row: Recipe) -> str | None:
+    """Why ``row`` cannot be made on this machine (None: it can)."""
+    if row.needs == "bf16":
+        return bf16_unsupported_reason()
+    return None
+
+
+def variant_runner(
+    runtime: str, path: Path, threads: int, parameters: Mapping[str, str] | None = None
+) -> Runner:
+    """How build, gate and bench run a variant: ONNX Runtime through the one session factory
+    with spinning on (one model runs alone), any other runtime through its serving backend
+    (``serving.backends.BACKENDS``) with the config parameters it reads."""
+    if backend_spec(runtime).platform == repository.PLATFORM:
+        return session_runner(make_session(path, threads))
+    return backend_runner(make_backend(runtime, path, threads, parameters))
+
+
+def probe_inputs(tokenizer: TextTokenizer, batch: int, sequence: int) -> dict[str, np.ndarray]:
+    """``batch`` identical rows of exactly ``sequence`` tokens, no padding."""
+    encoded = tokenizer.encode([" ".join(["news"] * (2 * sequence))])
+    return {k: np.repeat(v[:, :sequence], batch, axis=0) for k, v in encoded.items()}
+
+
+def promote_fastest(variants: list[Variant], tokenizer: TextTokenizer, rounds: int) -> dict:
+    """Time every promoted variant timed on a CPU (each runtime its own) at each of
+    :data:`PROMOTION_BATCHES` and mark the fastest median as the default served model.
+    Sets ``variant.latency_ms``; returns the manifest's ``default_variant`` record."""
+    timed = [v for v in variants if v.promoted and v.recipe.timed_on_cpu]
+    if not timed:
+        return {}
+    runners = {
+        v.name: variant_runner(v.runtime, v.path, PROMOTION_THREADS, v.recipe.runtime_parameters)
+        for v in timed
+    }
+    by_batch = {}
+    for batch in PROMOTION_BATCHES:
+        inputs = probe_inputs(tokenizer, batch, PROMOTION_SEQUENCE)
+        count = rounds if batch == 1 else max(3, rounds // 4)
+        samples = interleaved_ms(runners, inputs, count)
+        medians = {name: float(np.median(ms)) for name, ms in samples.items()}
+        for variant in timed:
+            variant.latency_ms[f"batch{batch}_p50"] = medians[variant.name]
+        best = min(medians, key=medians.get)
+        by_batch[str(batch)] = {"variant": best, "p50_ms": medians[best], "rounds": count}
+    return {
+        "by_batch": by_batch,
+        "sequence": PROMOTION_SEQUENCE,
+        "threads": PROMOTION_THREADS,
+        # The served default: the batch-8 winner (the server batches under load).
+        "served": by_batch[str(PROMOTION_BATCHES[-1])]["variant"],
+    }
 
 
 def write_repository(
@@ -273,7 +360,13 @@ def write_repository(
         files = {}
         if variant.promoted:
             folder = repository.write_model_folder(
-                repo, variant.name, variant.path, tokenizer, label_names
+                repo,
+                variant.name,
+                variant.path,
+                tokenizer,
+                label_names,
+                variant.runtime,
+                variant.recipe.runtime_parameters,
             )
             files = {
                 str(p.relative_to(repo)): repository.file_sha256(p)
@@ -284,6 +377,7 @@ def write_repository(
             {
                 "name": variant.name,
                 "route": variant.route,
+                "runtime": variant.runtime,
                 "precision": variant.precision,
                 "recipe": variant.recipe.name,
                 "made_by": variant.made_by,
@@ -292,7 +386,7 @@ def write_repository(
                 "gates": [dataclasses.asdict(r) for r in variant.gates.results]
                 if variant.gates
                 else [],
-                "latency_ms_batch1_seq128": variant.latency_ms,
+                "latency_ms_seq128_1_thread": variant.latency_ms,
                 "files": files,
             }
         )
@@ -325,7 +419,10 @@ def build_key(settings: BuildSettings) -> str:
     package = Path(__file__).parent
     for name in BUILD_MODULES:
         digest.update(name.encode() + (package / f"{name}.py").read_bytes())
-    for version in (torch.__version__, onnx.__version__, onnxruntime.__version__):
+    import openvino
+
+    versions = (torch.__version__, onnx.__version__, onnxruntime.__version__, openvino.__version__)
+    for version in versions:
         digest.update(version.encode())
     return digest.hexdigest()[:16]
 
@@ -341,7 +438,7 @@ def result_from_repository(repo: Path) -> BuildResult:
             gates = GateReport(entry["name"], results, entry["accuracy"])
         folder = repo / entry["name"]
         variant = Variant(entry["name"], manifest_recipe(entry), entry["made_by"], folder, gates)
-        variant.latency_ms = entry.get("latency_ms_batch1_seq128", {})
+        variant.latency_ms = entry.get("latency_ms_seq128_1_thread", {})
         variants.append(variant)
     fusions = [
         optimize.FusionReport(f["route"], f["tool"], f["counts"]) for f in manifest["fusions"]
@@ -353,6 +450,8 @@ def result_from_repository(repo: Path) -> BuildResult:
         manifest["reference_accuracy"],
         manifest.get("exported_program_max_abs_diff", float("nan")),
         manifest.get("build_seconds", {}),
+        manifest.get("default_variant", {}),
+        manifest.get("skipped_variants", {}),
     )
 
 
@@ -405,7 +504,9 @@ def gate_repository(repo: Path, threads: int = 2, progress: Progress = print) ->
             continue
         repository.verify_hashes(repo, entry.get("files", {}))
         folder = repository.load_model_folder(repo / entry["name"])
-        runner = session_runner(make_session(folder.onnx_path, threads))
+        parameters = {k: v.string_value for k, v in folder.config.parameters.items()}
+        platform = folder.config.platform or folder.config.backend
+        runner = variant_runner(platform, folder.onnx_path, threads, parameters)
         report = apply_gates(
             entry["name"],
             manifest_recipe(entry).gates,

@@ -1,4 +1,5 @@
-"""Reduced precision: INT8 dynamic, INT8 static (QDQ, calibrated on training texts), FP16.
+"""Reduced precision: INT8 dynamic, INT8 static (QDQ, calibrated on training texts), FP16,
+and the recipe table of every variant (ONNX Runtime and OpenVINO, BF16 included).
 
 - Dynamic INT8 (``quantize_dynamic``): weights to INT8 offline (per output channel or per
   tensor), activations quantized at run time with a scale measured on each batch. No
@@ -11,9 +12,9 @@
 
 :data:`RECIPES` is the declared table of every variant ``build`` makes (FP32 exports and
 fused graphs included): precision, method, source, per-channel, calibration, nodes kept
-FP32, the gates that apply, a fallback. ``build``, ``gate``, the bench and the report read
-it; adding a variant is one row (and, for a new kind of conversion, one function in
-:data:`METHODS`).
+FP32, the gates that apply, a fallback, the runtime that runs it and the CPU capability it
+needs. ``build``, ``gate``, the bench and the report read it; adding a variant is one row
+(and, for a new kind of conversion, one function in :data:`METHODS`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from onnxruntime.quantization import (
     quantize_static,
 )
 
-from inference_pipeline.gates import FP16_GATES, FP32_GATES, INT8_GATES, GateCheck
+from inference_pipeline.gates import BF16_GATES, FP16_GATES, FP32_GATES, INT8_GATES, GateCheck
+from inference_pipeline.openvino_runtime import PRECISION_HINTS
 from inference_pipeline.quiet import quiet
 from inference_pipeline.tokenization import TextTokenizer
 
@@ -101,6 +103,13 @@ def ffn_output_matmuls(path: Path, intermediate: int = 1536, hidden: int = 384) 
     ]
 
 
+def weight_matmuls(path: Path) -> list[str]:
+    """Names of the MatMuls whose second input is an initializer (a weight)."""
+    model = onnx.load(str(path), load_external_data=False)
+    weights = {i.name for i in model.graph.initializer}
+    return [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+
+
 def quantize_int8_static(
     src: Path,
     dst: Path,
@@ -109,12 +118,26 @@ def quantize_int8_static(
     per_channel: bool = True,
     batch_size: int = 8,
     exclude: Sequence[str] = (),
+    symmetric_activations: bool = False,
+    weight_matmuls_only: bool = False,
     calibration: str = "minmax",
 ) -> Path:
     """QDQ INT8 with activation ranges from ``calibration_texts`` (``calibration``: a key of
-    ``CALIBRATIONS``); ``exclude``: node names kept FP32 (see ``KEEP_FP32``)."""
+    ``CALIBRATIONS``); ``exclude``: node names kept FP32 (see ``KEEP_FP32``).
+
+    ``symmetric_activations``: INT8 activations with zero point 0 instead of UINT8 with a
+    zero point; ``weight_matmuls_only``: only MatMuls with a weight initializer (the
+    attention's activation x activation MatMuls stay unquantized). Both together are the
+    layout OpenVINO's CPU plugin runs as plain INT8 GEMMs (measured there: 1.5x faster than
+    the UINT8 graph with the attention MatMuls quantized, 1.2x of it from the symmetric
+    activations); ONNX Runtime's CPU kernels prefer the UINT8 layout (the symmetric graph ran
+    2.1-2.2x slower on ORT).
+    """
     if not calibration_texts:
         raise ValueError("static quantization needs at least one calibration text")
+    nodes = None
+    if weight_matmuls_only:
+        nodes = [name for name in weight_matmuls(src) if name not in set(exclude)]
     reader = TextCalibrationReader(tokenizer, calibration_texts, batch_size)
     with quiet(None):
         quantize_static(
@@ -123,12 +146,13 @@ def quantize_int8_static(
             reader,
             quant_format=QuantFormat.QDQ,
             per_channel=per_channel,
-            activation_type=QuantType.QUInt8,
+            activation_type=QuantType.QInt8 if symmetric_activations else QuantType.QUInt8,
             weight_type=QuantType.QInt8,
             op_types_to_quantize=list(QUANTIZED_OPS),
+            nodes_to_quantize=nodes,
             calibrate_method=CALIBRATIONS[calibration],
             nodes_to_exclude=list(exclude),
-            extra_options=_QUANT_OPTIONS,
+            extra_options={**_QUANT_OPTIONS, "ActivationSymmetric": symmetric_activations},
         )
     return dst
 
@@ -155,9 +179,11 @@ class Recipe:
     """One variant of the model: how it is made and which gates it must pass."""
 
     name: str  # the variant's folder is f"{MODEL_PREFIX}_{folder or name}"
-    precision: str  # fp32 / int8 / fp16: the bench's colour, the report's grouping
+    precision: str  # fp32 / int8 / fp16 / bf16: the bench's colour, the report's grouping
     route: str  # the export route the variant descends from (export.ROUTES)
-    method: str  # "export", "fuse" (pipeline stages) or a key of METHODS
+    # "export", "fuse" (pipeline stages), "reuse" (the source's graph unchanged, on another
+    # runtime or at another compute precision) or a key of METHODS
+    method: str
     source: str | None  # the recipe whose output this one converts (None for an export)
     gates: tuple[GateCheck, ...]
     made_by: str  # for the manifest; "{calibration}" is the number of calibration texts
@@ -167,10 +193,23 @@ class Recipe:
     fallback: str | None = None  # the recipe built instead when this one fails a gate
     folder: str | None = None  # a fallback shares the folder of the recipe it replaces
     timed_on_cpu: bool = True  # False: a GPU speed path, gated but not timed on a CPU
+    runtime: str = "onnxruntime"  # the backend that runs it (serving.backends.BACKENDS)
+    # OpenVINO's compute precision for the ops a graph leaves in float (None: ``precision``)
+    compute: str | None = None
+    symmetric_activations: bool = False  # static INT8: INT8 activations, zero point 0
+    weight_matmuls_only: bool = False  # static INT8: attention's MatMuls left in float
+    needs: str | None = None  # "bf16": made only on a CPU with BF16 arithmetic
 
     @property
     def variant_suffix(self) -> str:
         return self.folder or self.name
+
+    @property
+    def runtime_parameters(self) -> dict[str, str]:
+        """The config.pbtxt parameters its backend reads (OpenVINO: the precision hint)."""
+        if self.runtime != "openvino":
+            return {}
+        return {"INFERENCE_PRECISION_HINT": PRECISION_HINTS[self.compute or self.precision]}
 
 
 RECIPES: tuple[Recipe, ...] = (
@@ -188,6 +227,23 @@ RECIPES: tuple[Recipe, ...] = (
            per_channel=True, calibration="minmax", keep_fp32="ffn_output_matmuls"),
     Recipe("fp16", "fp16", "torchscript", "fp16", "fp32_fused", FP16_GATES,
            "fused graph to FP16", timed_on_cpu=False),
+    # OpenVINO reads the same .onnx files. Its own fusions make the plain export as fast as
+    # ORT's fused graph there (measured), so its rows start from the plain export.
+    Recipe("ov_fp32", "fp32", "torchscript", "reuse", "fp32", FP32_GATES,
+           "torchscript export on OpenVINO, f32 inference precision", runtime="openvino"),
+    # BF16: ONNX Runtime's CPU provider has no BF16 MatMul kernel, so BF16 is OpenVINO's.
+    Recipe("ov_bf16", "bf16", "torchscript", "reuse", "fp32", BF16_GATES,
+           "torchscript export on OpenVINO, bf16 inference precision", runtime="openvino",
+           needs="bf16"),
+    Recipe("ov_int8_static", "int8", "torchscript", "reuse", "int8_static", INT8_GATES,
+           "the int8_static QDQ graph on OpenVINO, float ops in bf16", runtime="openvino",
+           compute="bf16", needs="bf16"),
+    Recipe("ov_int8_static_sym", "int8", "torchscript", "int8_static", "fp32", INT8_GATES,
+           "static QDQ for OpenVINO: weight MatMuls only, symmetric INT8 activations, MinMax "
+           "on {calibration} training texts, FFN output and float ops in bf16",
+           per_channel=True, calibration="minmax", keep_fp32="ffn_output_matmuls",
+           symmetric_activations=True, weight_matmuls_only=True, runtime="openvino",
+           compute="bf16", needs="bf16"),
 )  # fmt: skip
 
 
@@ -218,9 +274,16 @@ def _dynamic(row: Recipe, src: Path, dst: Path, tokenizer: TextTokenizer, texts:
 def _static(row: Recipe, src: Path, dst: Path, tokenizer: TextTokenizer, texts: Sequence[str]):
     exclude = KEEP_FP32[row.keep_fp32](src) if row.keep_fp32 else ()
     return quantize_int8_static(
-        src, dst, tokenizer, texts, per_channel=row.per_channel, exclude=exclude,
+        src,
+        dst,
+        tokenizer,
+        texts,
+        per_channel=row.per_channel,
+        exclude=exclude,
+        symmetric_activations=row.symmetric_activations,
+        weight_matmuls_only=row.weight_matmuls_only,
         calibration=row.calibration or "minmax",
-    )  # fmt: skip
+    )
 
 
 def _fp16(row: Recipe, src: Path, dst: Path, tokenizer: TextTokenizer, texts: Sequence[str]):

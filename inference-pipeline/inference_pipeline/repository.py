@@ -2,7 +2,8 @@
 
 ```
 model_repository/
-  manifest.json              every variant: route, precision, gates, latency, sha256, promoted
+  manifest.json              every variant: route, runtime, precision, gates, latency, sha256,
+                             promoted; the default (fastest measured) variant
   gate_set.json              the held-out texts the gates ran on
   gate_reference.npz         PyTorch FP32 outputs on them (what `gate` compares against)
   <model>/config.pbtxt       Triton ModelConfig (text format), parsed with tritonclient's schema
@@ -71,8 +72,26 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def make_config(name: str, max_sequence_length: int = MAX_SEQUENCE_LENGTH) -> mc.ModelConfig:
-    config = mc.ModelConfig(name=name, platform=PLATFORM, max_batch_size=MAX_BATCH_SIZE)
+def make_config(
+    name: str,
+    max_sequence_length: int = MAX_SEQUENCE_LENGTH,
+    runtime: str = "onnxruntime",
+    runtime_parameters: dict[str, str] | None = None,
+) -> mc.ModelConfig:
+    """The ModelConfig of one classifier folder. ONNX Runtime: ``platform:
+    "onnxruntime_onnx"``; another runtime of ``serving.backends.BACKENDS`` (OpenVINO):
+    ``backend: <name>`` with ``default_model_filename`` naming the .onnx (Triton's OpenVINO
+    backend reads ONNX too) and ``runtime_parameters`` as string parameters."""
+    spec = backend_spec(runtime)
+    if spec.platform == PLATFORM:
+        config = mc.ModelConfig(name=name, platform=PLATFORM, max_batch_size=MAX_BATCH_SIZE)
+    else:
+        config = mc.ModelConfig(
+            name=name,
+            backend=spec.platform,
+            default_model_filename=MODEL_FILE,
+            max_batch_size=MAX_BATCH_SIZE,
+        )
     for tensor_name, data_type, dims in GRAPH_INPUTS:
         config.input.add(name=tensor_name, data_type=data_type, dims=list(dims))
     for tensor_name, data_type, dims in GRAPH_OUTPUTS:
@@ -87,6 +106,7 @@ def make_config(name: str, max_sequence_length: int = MAX_SEQUENCE_LENGTH) -> mc
         ("max_sequence_length", str(max_sequence_length)),
         ("tokenizer", TOKENIZER_FILE),
         ("labels", LABELS_FILE),
+        *sorted((runtime_parameters or {}).items()),
     ):
         config.parameters[key].string_value = value
     return config
@@ -98,14 +118,17 @@ def write_model_folder(
     onnx_file: Path,
     tokenizer: TextTokenizer,
     labels: tuple[str, ...],
+    runtime: str = "onnxruntime",
+    runtime_parameters: dict[str, str] | None = None,
 ) -> Path:
-    """``repository/name/{config.pbtxt, tokenizer.json, labels.txt, 1/model.onnx}``."""
+    """``repository/name/{config.pbtxt, tokenizer.json, labels.txt, 1/model.onnx}``; the
+    config names ``runtime`` (see :func:`make_config`)."""
     folder = repository / name
     (folder / VERSION).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(onnx_file, folder / VERSION / MODEL_FILE)
     tokenizer.save(folder / TOKENIZER_FILE)
     (folder / LABELS_FILE).write_text("\n".join(labels) + "\n")
-    config = make_config(name, tokenizer.max_length)
+    config = make_config(name, tokenizer.max_length, runtime, runtime_parameters)
     (folder / "config.pbtxt").write_text(text_format.MessageToString(config))
     return folder
 

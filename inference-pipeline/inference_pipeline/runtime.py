@@ -62,6 +62,16 @@ def session_runner(session: ort.InferenceSession) -> Runner:
     return run
 
 
+def backend_runner(backend) -> Runner:
+    """A ``Runner`` over any serving backend (``serving.backends``: ``run(feeds) -> dict``)."""
+
+    def run(inputs: dict[str, np.ndarray]) -> Outputs:
+        out = backend.run(inputs)
+        return np.asarray(out["logits"], np.float32), np.asarray(out["embedding"], np.float32)
+
+    return run
+
+
 def run_texts(
     runner: Runner, tokenizer: TextTokenizer, texts: Sequence[str], batch_size: int
 ) -> Outputs:
@@ -74,14 +84,28 @@ def run_texts(
     return np.concatenate(logits), np.concatenate(embeddings)
 
 
-def measure_latency(
-    runner: Runner, inputs: dict[str, np.ndarray], iterations: int, warmup: int = 3
-) -> dict[str, float]:
-    """Wall-clock latency of ``runner(inputs)`` in ms: p50, p90, p99 over ``iterations``."""
-    from phase01_common.stats import percentiles
+def interleaved_ms(
+    runners: dict[str, Runner],
+    inputs: dict[str, np.ndarray],
+    rounds: int,
+    warmup: int = 3,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, np.ndarray]:
+    """Milliseconds per call of each runner, timed in ``rounds`` rounds that call every
+    runner once in turn (phase01_common's interleaved loop): load from other processes then
+    hits every runner alike instead of whichever ran during a spike (medians of these are
+    what the build and the bench compare). The warm-up calls absorb first-call allocations,
+    arena growth and JIT compiles."""
     from phase01_common.timing import time_interleaved
 
+    def report(done: int, total: int) -> None:
+        if progress and (done % 10 == 0 or done == total):
+            progress(f"  round {done}/{total}")
+
     timings = time_interleaved(
-        {"run": lambda: runner(inputs)}, rounds=max(1, iterations), warmup=warmup
+        {name: (lambda run=run: run(inputs)) for name, run in runners.items()},
+        rounds=max(1, rounds),
+        warmup=warmup,
+        progress=report,
     )
-    return {**percentiles(timings.samples["run"], scale=1e3), "runs": timings.rounds}
+    return {name: np.asarray(values) * 1e3 for name, values in timings.samples.items()}

@@ -1,11 +1,14 @@
 """`python -m inference_pipeline bench [DIR/model_repository]`: every variant timed in one run.
 
 Latency p50/p90/p99 at batch 1, sequence 128, and throughput at batch 8, sequence 128, for
-torch eager (SDPA attention, the baseline) and each promoted ONNX Runtime variant, with ratios to
-torch eager. The models are timed in interleaved rounds (each round calls every model once),
-so load from other processes on a shared machine hits all of them alike; the baseline's
-median over the first and the second half of the rounds shows how much the load drifted.
-Every figure states its thread count.
+torch eager (SDPA attention, the baseline), OpenVINO with its default settings on our FP32
+export (what a user gets from ``compile_model("model.onnx")``: the peer to beat) and each
+promoted variant on its runtime (ONNX Runtime or OpenVINO), with ratios to torch eager and
+the runtime x precision table (ratios to OpenVINO's default). The models are timed in
+interleaved rounds (each round calls every model once, ``runtime.interleaved_ms``), so load
+from other processes on a shared machine hits all of them alike; the baseline's median over
+the first and the second half of the rounds shows how much the load drifted. Every figure
+states its thread count (default 1, as the build's promotion times them).
 
 Without a repository argument the full build is made (once per settings + code key) under
 ``~/.cache/inference_pipeline/builds/``, so ``make bench`` works on a fresh clone.
@@ -21,12 +24,14 @@ from pathlib import Path
 
 import numpy as np
 from phase01_common.stats import percentiles
-from phase01_common.timing import time_interleaved
 
 SEQUENCE = 128
 THROUGHPUT_BATCH = 8
 SPEEDUP_TARGET = 3.0  # best promoted variant vs torch eager, batch 1
-INT8_TARGET = 1.5  # best INT8 vs ONNX Runtime FP32 of the same export
+INT8_TARGET = 1.5  # best ONNX Runtime INT8 vs ONNX Runtime FP32 of the same export
+DEFAULT_VS_OPENVINO_TARGET = 1.5  # the promoted default vs OpenVINO's default, batch 1 and 8
+OPENVINO_DEFAULT = "OpenVINO default (FP32 export)"
+TORCH = "torch eager (SDPA)"
 
 
 @dataclass
@@ -40,6 +45,8 @@ class Timing:
     throughput: float  # sequences per second at batch 8
     ratio_p50: float = float("nan")  # torch eager p50 / this p50 (speedup)
     ratio_throughput: float = float("nan")
+    runtime: str = "torch"  # torch / onnxruntime / openvino
+    batch8_ms: float = float("nan")  # median ms per batch of 8
 
 
 @dataclass
@@ -50,6 +57,10 @@ class BenchResult:
     torch_p50_first_last: tuple[float, float] = (float("nan"), float("nan"))
     best_speedup: tuple[str, float] = ("", float("nan"))
     int8_vs_fp32: tuple[str, float] = ("", float("nan"))
+    default_variant: dict = field(default_factory=dict)  # the manifest's record
+    # batch size -> (default variant, its speedup over OpenVINO's default, the fastest other
+    # variant, its median / the default's median)
+    default_vs: dict[str, tuple[str, float, str, float]] = field(default_factory=dict)
 
     def rows(self) -> list[list[object]]:
         return [
@@ -94,31 +105,14 @@ def fixed_length_inputs(batch: int, sequence: int = SEQUENCE) -> dict[str, np.nd
     return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
 
 
-def _interleaved(runners: dict, batch: dict, rounds: int, progress) -> dict[str, np.ndarray]:
-    """Milliseconds per call, timed in rounds that call every runner once in turn: load from
-    other processes then hits every variant alike instead of whichever ran during a spike."""
-
-    def report(done: int, total: int) -> None:
-        if done % 10 == 0 or done == total:
-            progress(f"  round {done}/{total}")
-
-    timings = time_interleaved(  # 3 warm-up calls: first-call allocations, ORT arena growth
-        {name: (lambda run=run: run(batch)) for name, run in runners.items()},
-        rounds=rounds,
-        warmup=3,
-        progress=report,
-    )
-    return {name: np.asarray(values) * 1e3 for name, values in timings.samples.items()}
-
-
 def run_bench(repo: Path, threads: int, iterations: int, progress=print) -> BenchResult:
     """Time torch eager and every promoted variant of ``repo``."""
     import onnxruntime as ort
     import torch
     from inference_pipeline.model import FineTuneConfig, load_or_train, torch_outputs
-    from inference_pipeline.pipeline import manifest_recipe
+    from inference_pipeline.pipeline import manifest_recipe, variant_runner
     from inference_pipeline.repository import load_model_folder, read_manifest
-    from inference_pipeline.runtime import make_session, session_runner
+    from inference_pipeline.runtime import interleaved_ms
 
     manifest = read_manifest(repo)
     entries = [v for v in manifest["variants"] if v.get("promoted")]
@@ -138,25 +132,42 @@ def run_bench(repo: Path, threads: int, iterations: int, progress=print) -> Benc
     def torch_runner(batch):
         return torch_outputs(eager, batch)
 
-    runners = {"torch eager (SDPA)": torch_runner}
+    runners = {TORCH: torch_runner}
+    kinds = {TORCH: ("torch", "-", "torch")}
+    fp32 = next((e for e in entries if e["recipe"] == "fp32"), None)
+    if fp32 is not None:  # no OpenVINO settings at all: its defaults on this CPU
+        runners[OPENVINO_DEFAULT] = variant_runner(
+            "openvino", folders[fp32["name"]].onnx_path, threads, {}
+        )
+        kinds[OPENVINO_DEFAULT] = ("default", "torchscript", "openvino")
     for entry in entries:
-        session = make_session(folders[entry["name"]].onnx_path, threads)
-        runners[entry["name"]] = session_runner(session)
+        folder = folders[entry["name"]]
+        parameters = {k: v.string_value for k, v in folder.config.parameters.items()}
+        platform = folder.config.platform or folder.config.backend
+        runners[entry["name"]] = variant_runner(platform, folder.onnx_path, threads, parameters)
+        kinds[entry["name"]] = (
+            entry["precision"],
+            entry["route"],
+            entry.get("runtime", "onnxruntime"),
+        )
     progress(
         f"batch 1: {iterations} interleaved rounds over {len(runners)} models, {threads} threads"
     )
-    latency = _interleaved(runners, inputs["one"], iterations, progress)
+    latency = interleaved_ms(runners, inputs["one"], iterations, progress=progress)
     rounds = max(3, iterations // 5)
     progress(f"batch {THROUGHPUT_BATCH}: {rounds} interleaved rounds")
-    batched = _interleaved(runners, inputs["eight"], rounds, progress)
-    kinds = {e["name"]: (e["precision"], e["route"]) for e in entries}
+    batched = interleaved_ms(runners, inputs["eight"], rounds, progress=progress)
     for name in runners:
         p50, p90, p99 = percentiles(latency[name]).values()
-        kind, route = kinds.get(name, ("torch", "-"))
-        throughput = THROUGHPUT_BATCH * 1e3 / float(np.median(batched[name]))
-        result.timings.append(Timing(name, kind, route, p50, p90, p99, throughput))
+        kind, route, runtime = kinds[name]
+        batch8 = float(np.median(batched[name]))
+        throughput = THROUGHPUT_BATCH * 1e3 / batch8
+        result.timings.append(
+            Timing(name, kind, route, p50, p90, p99, throughput, runtime=runtime, batch8_ms=batch8)
+        )
+    result.default_variant = manifest.get("default_variant", {})
     half = iterations // 2
-    torch_ms = latency["torch eager (SDPA)"]
+    torch_ms = latency[TORCH]
     result.torch_p50_first_last = (
         float(np.median(torch_ms[: max(half, 1)])),
         float(np.median(torch_ms[half:])),
@@ -170,11 +181,13 @@ def run_bench(repo: Path, threads: int, iterations: int, progress=print) -> Benc
 
 
 def _targets(result: BenchResult) -> None:
-    onnx_timings = [t for t in result.timings if t.kind != "torch"]
+    onnx_timings = [t for t in result.timings if t.runtime != "torch" and t.kind != "default"]
     if not onnx_timings:
         return
     best = max(onnx_timings, key=lambda t: t.ratio_p50)
     result.best_speedup = (best.name, best.ratio_p50)
+    _default_targets(result, onnx_timings)
+    onnx_timings = [t for t in onnx_timings if t.runtime == "onnxruntime"]
     int8 = [t for t in onnx_timings if t.kind == "int8"]
     for candidate in sorted(int8, key=lambda t: t.p50):
         fp32 = [t for t in onnx_timings if t.kind == "fp32" and t.route == candidate.route]
@@ -185,6 +198,47 @@ def _targets(result: BenchResult) -> None:
                 plain[0].p50 / candidate.p50,
             )
             break
+
+
+def _default_targets(result: BenchResult, variants: list[Timing]) -> None:
+    """The promoted default (the manifest's fastest at each batch) vs OpenVINO's default
+    and vs the fastest other variant timed here."""
+    by_name = {t.name: t for t in result.timings}
+    peer = by_name.get(OPENVINO_DEFAULT)
+    for batch, choice in result.default_variant.get("by_batch", {}).items():
+        mine = by_name.get(choice["variant"])
+        if mine is None or peer is None:
+            continue
+        ms = (lambda t: t.p50) if batch == "1" else (lambda t: t.batch8_ms)
+        others = [t for t in variants if t.name != mine.name]
+        fastest = min(others, key=ms) if others else mine
+        result.default_vs[batch] = (
+            mine.name,
+            ms(peer) / ms(mine),
+            fastest.name,
+            ms(fastest) / ms(mine),
+        )
+
+
+def runtime_precision_table(result: BenchResult) -> str:
+    """The runtime x precision table: median ms at batch 1 and per batch of 8, and the
+    speedup over OpenVINO's default on our FP32 export."""
+    by_name = {t.name: t for t in result.timings}
+    peer = by_name.get(OPENVINO_DEFAULT)
+    lines = [
+        f"{'runtime':12} {'precision':9} {'variant':32} {'b1 ms':>7} {'b8 ms':>7} "
+        f"{'x OV-def b1':>11} {'x OV-def b8':>11}"
+    ]
+    rows = [t for t in result.timings if t.runtime != "torch"]
+    for t in sorted(rows, key=lambda t: (t.runtime, t.kind, t.p50)):
+        b1 = peer.p50 / t.p50 if peer else float("nan")
+        b8 = peer.batch8_ms / t.batch8_ms if peer else float("nan")
+        name = t.name.replace("bbc_minilm_", "")
+        lines.append(
+            f"{t.runtime:12} {t.kind:9} {name:32} {t.p50:7.1f} {t.batch8_ms:7.1f} "
+            f"{b1:11.2f} {b8:11.2f}"
+        )
+    return "\n".join(lines)
 
 
 def format_table(result: BenchResult) -> str:
@@ -199,7 +253,7 @@ def format_table(result: BenchResult) -> str:
         )
     first, last = result.torch_p50_first_last
     lines.append(
-        f"threads: {result.threads} (torch intra-op and ONNX Runtime intra-op); "
+        f"threads: {result.threads} (torch, ONNX Runtime and OpenVINO intra-op); "
         f"{result.iterations} timed runs per latency figure; "
         f"batch 1 and batch 8 at sequence {SEQUENCE}"
     )
@@ -221,6 +275,17 @@ def format_table(result: BenchResult) -> str:
         )
     else:
         lines.append("best INT8 vs ORT FP32: no INT8 variant was promoted (see manifest gates)")
+    lines += ["", "runtime x precision (medians; OV-def = OpenVINO's default on our FP32 export):"]
+    lines.append(runtime_precision_table(result))
+    if not result.default_vs:
+        lines.append("promoted default: none recorded in the manifest (or not timed here)")
+    for batch, (name, vs_peer, other, vs_other) in sorted(result.default_vs.items()):
+        verdict = "met" if vs_peer >= DEFAULT_VS_OPENVINO_TARGET else "missed"
+        lines.append(
+            f"promoted default at batch {batch}: {name} {vs_peer:.2f}x OpenVINO's default "
+            f"(target >= {DEFAULT_VS_OPENVINO_TARGET}x: {verdict}); the fastest other "
+            f"variant, {other}, takes {vs_other:.2f}x its time"
+        )
     return "\n".join(lines)
 
 
@@ -275,7 +340,7 @@ def main(args: argparse.Namespace | None = None) -> int:
     if args is None:
         parser = argparse.ArgumentParser(prog="inference_pipeline bench")
         parser.add_argument("repository", nargs="?")
-        parser.add_argument("--threads", type=int, default=2)
+        parser.add_argument("--threads", type=int, default=1)
         parser.add_argument("--iterations", type=int, default=100)
         parser.add_argument("--quick", action="store_true")
         parser.add_argument("--plot")

@@ -45,6 +45,7 @@ class BenchSettings:
     texts: int = 400  # BBC dev articles per workload
     overhead_samples: int = 300
     length_aware: bool = True  # also compare length-aware grouping on mixed lengths
+    stages: bool = True  # per-stage times at c=16, batched/unbatched x shared/pinned cores
 
 
 @dataclass
@@ -59,6 +60,7 @@ class BenchResults:
     overhead: dict = field(default_factory=dict)
     ray: dict = field(default_factory=dict)
     length_aware: dict = field(default_factory=dict)  # mixed lengths: on vs off
+    stages: dict = field(default_factory=dict)  # placement -> config -> per-request stage ms
     machine: str = ""
 
     def to_json(self) -> str:
@@ -70,18 +72,24 @@ def log(message: str) -> None:
 
 
 def choose_model(repository: Path) -> tuple[str, str]:
-    """The promoted INT8 variant with the lowest latency in the manifest, else FP32 (said)."""
+    """The manifest's promoted default (the build's fastest at batch 8), else the promoted
+    INT8 variant with the lowest batch-1 latency, else FP32 (said)."""
     folders = sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
     if not folders:
         raise FileNotFoundError(f"{repository}: no model folder with a config.pbtxt")
     manifest_path = repository / "manifest.json"
     latency: dict[str, float] = {}
+    served = None
     if manifest_path.is_file():
-        for variant in json.loads(manifest_path.read_text()).get("variants", []):
-            figures = variant.get("latency_ms_batch1_seq128") or variant.get("latency_ms") or {}
-            value = figures.get("p50") if isinstance(figures, dict) else None
+        manifest = json.loads(manifest_path.read_text())
+        served = (manifest.get("default_variant") or {}).get("served")
+        for variant in manifest.get("variants", []):
+            figures = variant.get("latency_ms_seq128_1_thread") or {}
+            value = figures.get("batch1_p50") if isinstance(figures, dict) else None
             if variant.get("promoted") and isinstance(value, int | float):
                 latency[variant["name"]] = float(value)
+    if served in folders:
+        return served, f"{served}: the promoted default (fastest measured at batch 8)"
     # only promoted variants get a folder, so every folder here passed its gates
     checked = "promoted" if manifest_path.is_file() else "no manifest: gates not checked"
     int8 = [name for name in folders if "int8" in name]
@@ -136,6 +144,119 @@ def measure_with_batches(url: str, model: str, texts: list[str], concurrency: in
         "avg_batch": rows / executions if executions else 0.0,
         "compute_ms_per_row": compute / rows * 1e3 if rows else 0.0,
     }
+
+
+def stage_counters(url: str) -> dict[str, float]:
+    """From the server's /metrics: seconds summed per serving stage, the requests answered
+    and the seconds they spent inside the server, rows and executions."""
+    import re
+    import urllib.request
+
+    from inference_pipeline.serving.metrics import STAGES
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+
+    def total(pattern: str) -> float:
+        return sum(float(v) for v in re.findall(pattern + r"[^}]*\} ([0-9.e+-]+)", text))
+
+    out = {
+        stage: total(rf'inference_stage_seconds_sum\{{[^}}]*stage="{stage}"') for stage in STAGES
+    }
+    out["requests"] = total(r"inference_request_seconds_count\{")
+    out["in_server"] = total(r"inference_request_seconds_sum\{")
+    out["rows"] = total(r"inference_count_total\{")
+    out["executions"] = total(r"inference_exec_count_total\{")
+    return out
+
+
+def _threads_of(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return [pid]
+
+
+def pin(pid: int, cores: set[int]) -> None:
+    """Every thread of process ``pid`` onto ``cores`` (threads made later inherit it)."""
+    for tid in _threads_of(pid):
+        try:
+            os.sched_setaffinity(tid, cores)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
+def stage_breakdown(folder: Path, name: str, texts: list[str], s: BenchSettings) -> dict:
+    """Where a request's time goes at concurrency 16, batched vs max_batch_size 1, with the
+    load generator sharing the server's cores ("shared") and with the server on core 0 and
+    the load generator (this process) on core 1 ("pinned"), interleaved round by round.
+    Both servers run the model on 1 thread, so the placements differ only in who shares
+    the cores. Figures are ms per answered request (batch stages: the batch's time / its
+    requests, the CPU each request costs); "batch wall" is a batch's whole time (what each of
+    its requests waits); "other in server" is the in-server time left (waiting for the event
+    loop to resume the request after its batch, or for a worker thread)."""
+    from inference_pipeline.serving.metrics import STAGES
+
+    cores = sorted(os.sched_getaffinity(0))
+    placements = ["shared"] + (["pinned"] if len(cores) >= 2 else [])
+    if len(placements) == 1:
+        log("stage breakdown: one core only, so no pinned placement")
+    flags = ["--threads", "1", "--log-level", "warning"]
+    measured: dict[str, dict[str, list[dict]]] = {
+        p: {"batched": [], "unbatched": []} for p in placements
+    }
+    with (
+        server_process(folder, *flags) as (batched_url, batched),
+        server_process(folder, *flags, "--max-batch-size", "1") as (unbatched_url, unbatched),
+    ):
+        servers = {
+            "batched": (batched_url, batched.pid),
+            "unbatched": (unbatched_url, unbatched.pid),
+        }
+        try:
+            for index in range(s.rounds):
+                for placement in placements if index % 2 == 0 else placements[::-1]:
+                    for config, (url, pid) in servers.items():
+                        if placement == "pinned":
+                            pin(pid, {cores[0]})
+                            pin(os.getpid(), {cores[1]})
+                        else:
+                            pin(pid, set(cores))
+                            pin(os.getpid(), set(cores))
+                        before = stage_counters(url)
+                        result = measure(url, name, texts, 16, s)
+                        after = stage_counters(url)
+                        delta = {k: after[k] - before[k] for k in after}
+                        measured[placement][config].append({"result": result, "delta": delta})
+                log(f"stage breakdown round {index + 1}/{s.rounds} done")
+        finally:
+            for _, pid in servers.values():
+                pin(pid, set(cores))
+            pin(os.getpid(), set(cores))
+    out: dict[str, dict] = {}
+    for placement, configs in measured.items():
+        out[placement] = {}
+        for config, runs in configs.items():
+            per_run = []
+            for run in runs:
+                d = run["delta"]
+                requests = max(d["requests"], 1.0)
+                ms = {stage: d[stage] / requests * 1e3 for stage in STAGES}
+                # every request of a batch waits for the whole batch, not its share
+                batch = sum(d[k] for k in ("pad", "model", "split"))
+                ms["batch wall"] = batch / max(d["executions"], 1.0) * 1e3
+                waited = sum(ms[k] for k in ("parse", "tokenize", "queue", "encode"))
+                ms["other in server"] = d["in_server"] / requests * 1e3 - waited - ms["batch wall"]
+                ms["throughput"] = run["result"].throughput
+                ms["client p50"] = run["result"].latency_ms.get("p50", float("nan"))
+                ms["avg batch"] = d["rows"] / d["executions"] if d["executions"] else 0.0
+                per_run.append(ms)
+            out[placement][config] = {
+                key: statistics.median(r[key] for r in per_run) for key in per_run[0]
+            }
+        batched, unbatched = out[placement]["batched"], out[placement]["unbatched"]
+        out[placement]["batching ratio"] = batched["throughput"] / unbatched["throughput"]
+    return out
 
 
 def summary(results: list[LevelResult], batches: list[dict] | None = None) -> dict:
@@ -311,6 +432,8 @@ def run_bench(
                 results.length_aware = length_aware_comparison(pair, name, loads, s)
         if s.ray:
             results.ray = ray_comparison(folder, name, loads["short"], batched_url, s)
+    if s.stages:
+        results.stages = stage_breakdown(folder, name, loads["short"], s)
     return results
 
 
@@ -334,15 +457,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short levels, one round, no Ray")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument(
+        "--stages-only", action="store_true",
+        help="only where the time goes at c=16 (batched/unbatched x shared/pinned cores)",
+    )  # fmt: skip
+    parser.add_argument("--model", help="the model folder to serve (default: as choose_model)")
     args = parser.parse_args(argv)
     try:
         repository = find_repository(args.repository)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.model and not (repository / args.model / "config.pbtxt").is_file():
+        print(f"error: {repository / args.model}: no model folder there", file=sys.stderr)
+        return 2
     settings = bench_settings(args.quick, ray=not args.no_ray)
     # SIGTERM unwinds like Ctrl-C, so the servers this bench started are stopped too
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.stages_only:
+        from inference_pipeline_harness.serving_report import STAGE_COLUMNS, stage_rows
+
+        name = args.model or choose_model(repository)[0]
+        stages = stage_breakdown(
+            repository / name, name, workloads(settings.texts)["short"], settings
+        )
+        results = BenchResults(
+            model=name, model_note=name, settings=asdict(settings), stages=stages
+        )
+        gains = [f"{placement} {c['batching ratio']:.2f}x" for placement, c in stages.items()]
+        print(f"{name}: batching gain " + ", ".join(gains))
+        for row in [STAGE_COLUMNS, *stage_rows(results)]:
+            print(" | ".join(str(cell) for cell in row))
+        return 0
     results = run_bench(repository, settings)
     from inference_pipeline_harness.serving_report import write_outputs
 

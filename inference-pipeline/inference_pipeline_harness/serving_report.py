@@ -108,6 +108,27 @@ def plot_batching(results, path: Path) -> None:
     plt.close(figure)
 
 
+STAGE_COLUMNS = [
+    "cores", "config", "req/s", "avg batch", "parse", "tokenize", "queue", "pad", "model",
+    "split", "encode", "batch wall", "other in server", "client p50 ms",
+]  # fmt: skip
+
+
+def stage_rows(results) -> list[list]:
+    """Per-request ms in each serving stage, per placement and config (see
+    ``serving_bench.stage_breakdown``)."""
+    rows = []
+    for placement, configs in results.stages.items():
+        for config in ("batched", "unbatched"):
+            f = configs[config]
+            rows.append(
+                [placement, config, round(f["throughput"], 1), round(f["avg batch"], 2)]
+                + [round(f[k], 2) for k in STAGE_COLUMNS[4:-1]]
+                + [round(f["client p50"], 1)]
+            )
+    return rows
+
+
 def write_outputs(results, out: Path) -> list[str]:
     """results.json, tables.md and two plots under ``out``; returns the printed summary."""
     out.mkdir(parents=True, exist_ok=True)
@@ -134,6 +155,18 @@ def write_outputs(results, out: Path) -> list[str]:
     if results.ray:
         parts += ["This server vs Ray Serve (1 replica, same batching, concurrency 16):",
                   markdown_table(COMPARISON_COLUMNS, comparison_rows(results.ray))]  # fmt: skip
+    if results.stages:
+        ratios = ", ".join(
+            f"{placement} {configs['batching ratio']:.2f}x"
+            for placement, configs in results.stages.items()
+        )
+        parts += [
+            "Where the time goes at concurrency 16 (ms per request; batch stages shared by "
+            "the batch's requests; shared = load generator on the server's cores, pinned = "
+            "server on core 0, load generator on core 1; 1 model thread). Batching gain: "
+            f"{ratios}:",
+            markdown_table(STAGE_COLUMNS, stage_rows(results)),
+        ]
     text = "\n\n".join(parts)
     (out / "tables.md").write_text(text + "\n")
     return [text, f"written: {out}/results.json, tables.md, batching.png, sweep.png"]

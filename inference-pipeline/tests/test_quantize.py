@@ -107,11 +107,14 @@ def test_fp16_keeps_fp32_io_and_passes_its_gates(art):
 def test_recipe_table_is_consistent():
     from inference_pipeline.export import ROUTES
     from inference_pipeline.gates import MEASURES
+    from inference_pipeline.serving.backends import backend_spec
 
     seen: set[str] = set()
     for row in quantize.RECIPES:
         assert row.route in ROUTES
-        assert row.method in ("export", "fuse") or row.method in quantize.METHODS
+        assert row.method in ("export", "fuse", "reuse") or row.method in quantize.METHODS
+        assert backend_spec(row.runtime).platform  # a registered backend
+        assert row.needs in (None, "bf16")
         assert (row.source is None) == (row.method == "export")
         assert row.source is None or row.source in seen, f"{row.name}: source listed later"
         assert row.keep_fp32 is None or row.keep_fp32 in quantize.KEEP_FP32
@@ -134,7 +137,7 @@ def test_bench_colours_follow_the_table_and_accept_a_new_precision():
 
     colours = [precision_colour(p) for p in ("torch", *quantize.precision_order())]
     assert len(set(colours)) == len(colours)
-    assert precision_colour("bf16") not in colours  # not in the table: the next colour
+    assert precision_colour("int4") not in colours  # not in the table: the next colour
 
 
 def test_a_new_recipe_is_one_table_row(art, monkeypatch):

@@ -9,23 +9,31 @@ from inference_pipeline_harness.serving_bench import BenchSettings, choose_model
 from inference_pipeline_harness.serving_fixtures import TINY_MODEL, sample_texts, tiny_repository
 
 
-def test_choose_model_prefers_int8_and_says_when_it_falls_back(tmp_path):
-    for name in ("m_fp32", "m_int8_dynamic", "m_int8_static"):
+def test_choose_model_prefers_the_promoted_default_then_int8_and_says_when_it_falls_back(
+    tmp_path,
+):
+    for name in ("m_fp32", "m_int8_dynamic", "m_int8_static", "m_ov_bf16"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.pbtxt").write_text("")
+    figures = "latency_ms_seq128_1_thread"
     manifest = {"variants": [
-        {"name": "m_int8_dynamic", "promoted": True, "latency_ms": {"p50": 3.0}},
-        {"name": "m_int8_static", "promoted": True, "latency_ms": {"p50": 2.0}},
+        {"name": "m_int8_dynamic", "promoted": True, figures: {"batch1_p50": 3.0}},
+        {"name": "m_int8_static", "promoted": True, figures: {"batch1_p50": 2.0}},
     ]}  # fmt: skip
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     assert choose_model(tmp_path)[0] == "m_int8_static"
+    manifest["default_variant"] = {"served": "m_ov_bf16"}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    name, note = choose_model(tmp_path)
+    assert name == "m_ov_bf16" and "promoted default" in note
     name, note = choose_model(tiny_repository())
     assert name == TINY_MODEL and "no INT8 variant" in note
 
 
 def test_toy_bench_measures_and_builds_its_report(tmp_path):
     settings = BenchSettings(quick=True, duration_s=0.3, rounds=1, sweep=(2,), ray=False,
-                             warmup_s=0.1, overhead_samples=20, length_aware=False)  # fmt: skip
+                             warmup_s=0.1, overhead_samples=20, length_aware=False,
+                             stages=True)  # fmt: skip
     loads = {"short": sample_texts(40, seed=12, max_words=5), "long": sample_texts(40, seed=13)}
     results = run_bench(tiny_repository(), settings, loads)
     for workload in ("short", "long"):
@@ -39,8 +47,17 @@ def test_toy_bench_measures_and_builds_its_report(tmp_path):
     assert set(results.overhead["p50_ms"]) == {
         "direct", "batcher", "batcher_delay_2ms"
     }  # fmt: skip
+    # per-stage times from /metrics: every stage seen, unbatched really ran batches of 1
+    for placement, configs in results.stages.items():
+        assert configs["unbatched"]["avg batch"] == 1.0, placement
+        for config in ("batched", "unbatched"):
+            figures = configs[config]
+            assert figures["throughput"] > 0
+            assert all(figures[stage] > 0 for stage in ("parse", "tokenize", "model", "encode"))
+        assert configs["batching ratio"] > 0
+    assert "shared" in results.stages
     lines = serving_report.write_outputs(results, tmp_path)
-    assert "vs unbatched" in lines[0]
+    assert "vs unbatched" in lines[0] and "Where the time goes" in lines[0]
     for name in ("results.json", "tables.md", "batching.png", "sweep.png"):
         assert (tmp_path / name).stat().st_size > 0
     checks = serving_report.checks(results)

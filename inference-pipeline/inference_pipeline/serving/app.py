@@ -39,7 +39,7 @@ from inference_pipeline.serving.batcher import (
     QueueFullError,
     RequestTimeoutError,
 )
-from inference_pipeline.serving.metrics import ServerMetrics
+from inference_pipeline.serving.metrics import ModelObserver, ServerMetrics
 from inference_pipeline.serving.models import ServedModel
 from inference_pipeline.serving.protocol import (
     HEADER_LENGTH,
@@ -85,15 +85,17 @@ class ServedEntry:
     batcher: DynamicBatcher
     output_types: dict[str, str]
     statistics: ModelStatistics
+    observer: ModelObserver  # /metrics for this model (its stage times)
 
 
-def counted_run(model: ServedModel, statistics: ModelStatistics):
+def counted_run(model: ServedModel, statistics: ModelStatistics, observer: ModelObserver):
     """``model.run_batch`` that records each successful execution (rows, compute phases)."""
 
     def run(instance: int, batch: list) -> list[dict]:
         results = model.run_batch(instance, batch)
         rows = sum(len(next(iter(result.values()))) for result in results)
         statistics.batch_done(rows, model.phases[instance])
+        observer.phases_done(*model.phases[instance].as_tuple())
         return results
 
     return run
@@ -155,11 +157,11 @@ class InferenceServer:
         self.entries: dict[str, ServedEntry] = {}
         for model in models:
             statistics = ModelStatistics(model.name, model.version)
-            run = counted_run(model, statistics)
             observer = self.metrics.observer(model.name, statistics)
+            run = counted_run(model, statistics, observer)
             batcher = DynamicBatcher(model.batching, run, observer, model.name)
             types = {spec.name: spec.datatype for spec in model.outputs}
-            self.entries[model.name] = ServedEntry(model, batcher, types, statistics)
+            self.entries[model.name] = ServedEntry(model, batcher, types, statistics, observer)
         self.ready = False
         self.loop: asyncio.AbstractEventLoop | None = None
         # other routers mounted on ``app`` (e.g. generation's) expose their metrics here too
@@ -255,11 +257,15 @@ class InferenceServer:
     async def _infer(self, request: Request, entry: ServedEntry) -> Response:
         body = await read_body(request, self.max_request_bytes)
         specs = {spec.name: spec for spec in entry.model.inputs}
+        started = time.perf_counter()
         parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH), specs)
+        parsed_at = time.perf_counter()
         try:
             prepared = entry.model.prepare(parsed.inputs)
         except ValueError as exc:
             raise ProtocolError(str(exc)) from None
+        entry.observer.stage("parse", parsed_at - started)
+        entry.observer.stage("tokenize", time.perf_counter() - parsed_at)
         submit = asyncio.ensure_future(
             entry.batcher.submit(
                 prepared.data,
@@ -279,9 +285,11 @@ class InferenceServer:
             submit.cancel()
             raise ClientGoneError
         outputs = submit.result()
+        started = time.perf_counter()
         body, header_length = encode_infer_response(
             entry.model.name, entry.model.version, parsed, outputs, entry.output_types
         )
+        entry.observer.stage("encode", time.perf_counter() - started)
         headers = {HEADER_LENGTH: str(header_length)} if header_length is not None else None
         media = "application/octet-stream" if header_length is not None else "application/json"
         return Response(body, headers=headers, media_type=media)

@@ -1,4 +1,5 @@
-"""Model execution backends behind one interface, and the registry that names them.
+"""Model execution backends behind one interface (ONNX Runtime, LiteRT, OpenVINO), and the
+registry that names them.
 
 A backend runs one batch: named NumPy arrays in, named NumPy arrays out. The server makes
 one backend object per model instance and never calls one object from two threads at once,
@@ -94,6 +95,36 @@ class LiteRTBackend:
         return {name: interpreter.get_tensor(d["index"]) for name, d in self._outputs.items()}
 
 
+class OpenVinoBackend:
+    """An OpenVINO compiled model on the CPU and its one infer request (``infer`` releases
+    the GIL), made by ``inference_pipeline.openvino_runtime.compile_model``; the config's
+    ``INFERENCE_PRECISION_HINT`` parameter (``f32``/``bf16``) sets its compute precision,
+    and without one OpenVINO picks (as Triton's OpenVINO backend does: BF16 on a CPU with
+    BF16 arithmetic)."""
+
+    def __init__(
+        self, path: Path, threads: int = 1, parameters: Mapping[str, str] | None = None
+    ) -> None:
+        from inference_pipeline.openvino_runtime import OpenVinoError, compile_model
+
+        hint = (parameters or {}).get("INFERENCE_PRECISION_HINT")
+        try:
+            self.compiled = compile_model(path, threads, hint)
+        except (OpenVinoError, ValueError) as exc:
+            raise BackendError(str(exc)) from None
+        self.request = self.compiled.create_infer_request()
+        self.input_names = tuple(port.get_any_name() for port in self.compiled.inputs)
+        self.output_names = tuple(port.get_any_name() for port in self.compiled.outputs)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.request.infer(feeds)
+        # Copies: the request overwrites its output tensors on the next call.
+        return {
+            name: np.array(self.request.get_output_tensor(index).data, copy=True)
+            for index, name in enumerate(self.output_names)
+        }
+
+
 @dataclass(frozen=True)
 class BackendSpec:
     """One registered backend: ``names`` are the ``platform``/``backend`` spellings a
@@ -105,6 +136,7 @@ class BackendSpec:
     model_file: str
     options: Mapping[str, object] = field(default_factory=dict)
     model_format: str = "onnx"  # "onnx": the repository checks the graph against the config
+    takes_parameters: bool = False  # True: the class reads the config.pbtxt parameters
 
     @property
     def platform(self) -> str:
@@ -116,6 +148,7 @@ BACKENDS: tuple[BackendSpec, ...] = (
     BackendSpec(("onnxruntime_onnx", "onnxruntime"), OnnxRuntimeBackend, "model.onnx",
                 {"spinning": False}),
     BackendSpec(("litert", "tflite"), LiteRTBackend, "model.tflite", model_format="tflite"),
+    BackendSpec(("openvino",), OpenVinoBackend, "model.onnx", takes_parameters=True),
 )  # fmt: skip
 
 
@@ -128,7 +161,12 @@ def backend_spec(name: str) -> BackendSpec:
     raise BackendError(f"platform/backend {name!r} is not served here (known: {known})")
 
 
-def make_backend(platform: str, path: Path, threads: int) -> Backend:
-    """One instance of the backend registered for ``platform``."""
+def make_backend(
+    platform: str, path: Path, threads: int, parameters: Mapping[str, str] | None = None
+) -> Backend:
+    """One instance of the backend registered for ``platform``; ``parameters``: the
+    config.pbtxt parameters, for a backend that reads them."""
     spec = backend_spec(platform)
+    if spec.takes_parameters:
+        return spec.backend_class(path, threads, parameters or {}, **spec.options)
     return spec.backend_class(path, threads, **spec.options)

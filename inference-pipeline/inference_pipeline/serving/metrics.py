@@ -24,6 +24,11 @@ LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
 )  # fmt: skip
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+# The stages of ``inference_stage_seconds``, in a request's order. Per request, on the event
+# loop: parse (decode the body), tokenize (the model's ``prepare``), queue (in the batcher),
+# encode (the response body). Per batch, on a worker thread: pad (assemble the feeds), model
+# (the runtime), split (outputs back to requests).
+STAGES = ("parse", "tokenize", "queue", "pad", "model", "split", "encode")
 
 
 class ServerMetrics:
@@ -48,6 +53,10 @@ class ServerMetrics:
             "inference_batch_size", "Rows per execution", ["model"],
             buckets=BATCH_BUCKETS, registry=r,
         )  # fmt: skip
+        self.stage_time = Histogram(
+            "inference_stage_seconds", "Seconds in one serving stage (see STAGES)",
+            ["model", "stage"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
         self.queue_size = Gauge(
             "inference_queue_size", "Requests waiting in the batcher's queue", ["model"],
             registry=r,
@@ -65,7 +74,16 @@ class ModelObserver:
         self._batch = metrics.batch_size.labels(model)
         self._compute = metrics.compute_time.labels(model)
         self._queue_time = metrics.queue_time.labels(model)
+        self._stages = {stage: metrics.stage_time.labels(model, stage) for stage in STAGES}
         self._statistics = statistics
+
+    def stage(self, name: str, seconds: float) -> None:
+        self._stages[name].observe(seconds)
+
+    def phases_done(self, pad_s: float, model_s: float, split_s: float) -> None:
+        """One batch's worker-thread stages (``serving.statistics.Phases``)."""
+        for name, seconds in (("pad", pad_s), ("model", model_s), ("split", split_s)):
+            self._stages[name].observe(seconds)
 
     def queue_size(self, requests: int) -> None:
         self._queue.set(requests)
@@ -75,6 +93,7 @@ class ModelObserver:
         self._compute.observe(compute_s)
         for seconds in queue_s:
             self._queue_time.observe(seconds)
+            self._stages["queue"].observe(seconds)
         self._statistics.queued(queue_s)
 
 

@@ -256,7 +256,8 @@ def load_model(
     else:
         model_path = _latest_version(folder, spec.model_file) / spec.model_file
     backends = [
-        make_backend(config.platform, model_path, threads) for _ in range(batching.instance_count)
+        make_backend(config.platform, model_path, threads, config.parameters)
+        for _ in range(batching.instance_count)
     ]
     _check_declared(config, backends[0], folder)
     if not is_text:
