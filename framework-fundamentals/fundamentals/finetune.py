@@ -20,6 +20,9 @@ model whose layers it can locate (see :data:`LAYER_STACK_NAMES`) and refuses oth
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import math
 import os
 import re
@@ -290,8 +293,12 @@ def set_base_trainable(
 # Training.
 
 
-@dataclass
+@dataclass(frozen=True)
 class FineTuneConfig:
+    """The recipe's settings: data sizes, the two phases' epochs (a fixed number of steps,
+    so a run is deterministic given the seed) and learning rates. The inference pipeline
+    trains its model with this same type and :func:`phase_one` / :func:`phase_two`."""
+
     train_per_label: int = 30
     dev_per_label: int = 30
     max_length: int = 48
@@ -312,6 +319,11 @@ class FineTuneConfig:
                 )
         if self.phase_one_epochs < 0 or self.phase_two_epochs < 0:
             raise ValueError("FineTuneConfig epochs must be non-negative")
+
+    def key(self) -> str:
+        """A hash of every setting (a cache key for the weights these settings train)."""
+        text = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -412,6 +424,49 @@ def accuracy(model: nn.Module, inputs: dict[str, torch.Tensor], labels: torch.Te
     return (predict(model, inputs) == labels).float().mean().item()
 
 
+def phase_one(
+    model: nn.Module,
+    inputs: dict[str, torch.Tensor],
+    labels: torch.Tensor,
+    config: FineTuneConfig,
+    generator: torch.Generator,
+) -> list[float]:
+    """Phase one: base frozen, the head alone at ``head_lr`` (AdamW); the loss of every step."""
+    set_base_trainable(model, False)
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=config.head_lr,
+        weight_decay=config.weight_decay,
+    )
+    return train_epochs(
+        model, optimizer, inputs, labels, config.phase_one_epochs, config.batch_size, generator
+    )
+
+
+def phase_two(
+    model: nn.Module,
+    inputs: dict[str, torch.Tensor],
+    labels: torch.Tensor,
+    config: FineTuneConfig,
+    generator: torch.Generator,
+) -> tuple[list[float], list[dict[str, Any]]]:
+    """Phase two: everything trainable, layer-wise decayed learning rates (AdamW); the loss
+    of every step and the parameter groups."""
+    set_base_trainable(model, True)
+    groups = layerwise_lr_param_groups(
+        model,
+        base_lr=config.base_lr,
+        head_lr=config.head_lr,
+        decay=config.decay,
+        weight_decay=config.weight_decay,
+    )
+    optimizer = torch.optim.AdamW(groups)
+    losses = train_epochs(
+        model, optimizer, inputs, labels, config.phase_two_epochs, config.batch_size, generator
+    )
+    return losses, groups
+
+
 def _snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
@@ -439,24 +494,10 @@ def run_finetune(config: FineTuneConfig) -> FineTuneResult:
 
     # Phase one: base frozen, head alone at head_lr.
     start = time.perf_counter()
-    set_base_trainable(model, False)
-    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
-    head = [n for n, p in model.named_parameters() if p.requires_grad]
+    head = head_parameter_names(model, None)
+    frozen = [n for n, _ in model.named_parameters() if n not in head]
     before_one = _snapshot(model)
-    optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad],
-        lr=config.head_lr,
-        weight_decay=config.weight_decay,
-    )
-    phase_one = train_epochs(
-        model,
-        optimizer,
-        train_inputs,
-        train_labels,
-        config.phase_one_epochs,
-        config.batch_size,
-        generator,
-    )
+    phase_one_losses = phase_one(model, train_inputs, train_labels, config, generator)
     params = dict(model.named_parameters())
     frozen_with_grad = [n for n in frozen if params[n].grad is not None]
     frozen_changed = [n for n in frozen if not torch.equal(params[n], before_one[n])]
@@ -468,26 +509,9 @@ def run_finetune(config: FineTuneConfig) -> FineTuneResult:
 
     # Phase two: everything trainable, layer-wise decayed learning rates.
     start = time.perf_counter()
-    set_base_trainable(model, True)
     before_two = _snapshot(model)
-    groups = layerwise_lr_param_groups(
-        model,
-        base_lr=config.base_lr,
-        head_lr=config.head_lr,
-        decay=config.decay,
-        weight_decay=config.weight_decay,
-    )
     _, layer_of = find_layer_indices(list(params))
-    optimizer = torch.optim.AdamW(groups)
-    phase_two = train_epochs(
-        model,
-        optimizer,
-        train_inputs,
-        train_labels,
-        config.phase_two_epochs,
-        config.batch_size,
-        generator,
-    )
+    phase_two_losses, groups = phase_two(model, train_inputs, train_labels, config, generator)
     without_grad = [n for n, p in params.items() if p.grad is None]
     unchanged = [n for n, p in params.items() if torch.equal(p, before_two[n])]
     del before_two
@@ -499,8 +523,8 @@ def run_finetune(config: FineTuneConfig) -> FineTuneResult:
         label_names=data.label_names,
         train_size=len(train_labels),
         dev_size=len(dev_labels),
-        phase_one_losses=phase_one,
-        phase_two_losses=phase_two,
+        phase_one_losses=phase_one_losses,
+        phase_two_losses=phase_two_losses,
         probe_loss=probe_loss,
         accuracy=accuracies,
         frozen_count=len(frozen),

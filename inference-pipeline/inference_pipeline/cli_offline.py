@@ -1,4 +1,5 @@
-"""Offline commands: `build`, `gate`, `bench`, `demo` (registered by ``__main__``).
+"""Offline commands: `build`, `gate` (registered by ``__main__``; `bench` and `demo` show the
+library and live in the harness, registered by ``__main__`` too).
 
 Bad input (a missing folder, a corrupt .onnx, a config that does not match its model) is one
 line on stderr and exit status 2; a gate failure is exit status 1.
@@ -65,19 +66,6 @@ def run_gate(args: argparse.Namespace) -> int:
     return EXIT_GATE_FAILED if failed else 0
 
 
-def run_bench(args: argparse.Namespace) -> int:
-    # The benchmark is part of the harness (it shows the library); imported only here.
-    from inference_pipeline_harness import bench
-
-    return bench.main(args)
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    from inference_pipeline_harness import demo
-
-    return demo.main(quick=args.quick, out=Path(args.out) if args.out else None)
-
-
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     build = subparsers.add_parser(
         "build",
@@ -92,23 +80,3 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     gate.add_argument("repository", help="DIR/model_repository written by build")
     gate.add_argument("--threads", type=int, default=2)
     gate.set_defaults(run=run_gate)
-
-    bench = subparsers.add_parser(
-        "bench", help="latency p50/p90/p99 (batch 1, seq 128) and throughput (batch 8) per variant"
-    )
-    bench.add_argument(
-        "repository",
-        nargs="?",
-        help="DIR/model_repository (default: the cached full build)",
-    )
-    bench.add_argument("--threads", type=int, default=2)
-    bench.add_argument("--iterations", type=int, default=100, help="timed runs per variant")
-    bench.add_argument("--quick", action="store_true", help="fewer runs")
-    bench.add_argument("--plot", help="write the latency plot to this PNG file")
-    bench.add_argument("--serving", action="store_true", help="the serving benchmark instead")
-    bench.set_defaults(run=run_bench)
-
-    demo = subparsers.add_parser("demo", help="build, gate and bench, printed to the console")
-    demo.add_argument("--quick", action="store_true")
-    demo.add_argument("--out", help="build here (default: cached full build; --quick: temp folder)")
-    demo.set_defaults(run=run_demo)

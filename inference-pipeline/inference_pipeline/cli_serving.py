@@ -40,15 +40,15 @@ def batching_overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    from inference_pipeline.repository import RepositoryError
     from inference_pipeline.serving.backends import BackendError
-    from inference_pipeline.serving.config import ConfigError
     from inference_pipeline.serving.metrics import configure_json_logging
     from inference_pipeline.serving.models import generation_folders, load_repository
 
     configure_json_logging(args.log_level)
     try:
         models = load_repository(Path(args.repository), batching_overrides(args), args.threads)
-    except (ConfigError, BackendError) as exc:
+    except (RepositoryError, BackendError) as exc:
         return _fail(str(exc))
     gpt_folders = generation_folders(Path(args.repository))
     gpt_folders += [Path(folder) for folder in args.generation or []]

@@ -1,8 +1,12 @@
 """Correctness gates: every variant passes them before it is promoted into the repository.
 
-The thresholds live in ONE place, :data:`GATES` (a frozen dataclass). Each gate yields a
-:class:`GateResult` (name, measured value, limit, passed); a variant with any failing gate is
-not promoted, and the build prints the gate and the value.
+The thresholds live in ONE place, :data:`GATES` (a frozen dataclass). A gate is a
+:class:`GateCheck` (a measure of :data:`MEASURES`, a limit, a comparison); the checks a
+variant must pass come from its row of the recipe table (``quantize.RECIPES``), usually one
+of the profiles :data:`FP32_GATES`, :data:`FP16_GATES`, :data:`INT8_GATES`. Each check yields
+a :class:`GateResult` (name, measured value, limit, passed), the one gate-result type of the
+package (the GPT's gates use it too); a variant with any failing gate is not promoted, and
+the build prints the gate and the value.
 
 Held-out data (:class:`GateSet`): BBC dev articles never seen in training, plus a "length
 ladder" of dev texts cut to 4..256 tokens. All texts run in padded, mixed-length batches;
@@ -12,13 +16,14 @@ the ladder also runs alone (batch 1), and the two outputs of each text are compa
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from inference_pipeline.runtime import Outputs, Runner, run_texts
-from inference_pipeline.tokenization import MAX_SEQUENCE_LENGTH, TextTokenizer
+from inference_pipeline.tokenization import TextTokenizer
 
 
 @dataclass(frozen=True)
@@ -49,13 +54,23 @@ class GateResult:
     comparison: str  # "<=" or ">="
     passed: bool
 
+    @classmethod
+    def compare(cls, name: str, value: float, limit: float, comparison: str) -> GateResult:
+        """``value`` against ``limit``; a non-finite value never passes."""
+        ok = value <= limit if comparison == "<=" else value >= limit
+        return cls(name, float(value), float(limit), comparison, bool(ok and np.isfinite(value)))
+
     def describe(self) -> str:
         return f"{self.name} = {self.value:.4g} (limit {self.comparison} {self.limit:g})"
 
 
-def _gate(name: str, value: float, limit: float, comparison: str) -> GateResult:
-    ok = value <= limit if comparison == "<=" else value >= limit
-    return GateResult(name, float(value), float(limit), comparison, bool(ok and np.isfinite(value)))
+@dataclass(frozen=True)
+class GateCheck:
+    """One gate: ``measure`` (a key of :data:`MEASURES`) compared with ``limit``."""
+
+    measure: str
+    limit: float
+    comparison: str  # "<=" or ">="
 
 
 @dataclass
@@ -143,20 +158,93 @@ def evaluate(runner: Runner, tokenizer: TextTokenizer, gate_set: GateSet) -> Eva
     return Evaluation(batched, alone, time.perf_counter() - start)
 
 
-def _min_cosine(a: np.ndarray, b: np.ndarray) -> float:
+def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """The smallest row-wise cosine similarity of two [N, D] arrays."""
     norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
     return float(np.min(np.sum(a * b, axis=1) / np.maximum(norms, 1e-12)))
 
 
-def _non_finite(evaluation: Evaluation) -> int:
-    arrays = (*evaluation.batched, *evaluation.alone)
-    return int(sum(np.size(a) - np.count_nonzero(np.isfinite(a)) for a in arrays))
+@dataclass
+class GateInputs:
+    """What a measure reads: the candidate's and the reference's outputs on one gate set."""
+
+    candidate: Evaluation
+    reference: Evaluation
+    gate_set: GateSet
+
+    @property
+    def alone_index(self) -> np.ndarray:
+        return np.asarray(self.gate_set.alone)
+
+
+def _non_finite(g: GateInputs) -> float:
+    arrays = (*g.candidate.batched, *g.candidate.alone)
+    return float(sum(np.size(a) - np.count_nonzero(np.isfinite(a)) for a in arrays))
+
+
+def _logit_diff(g: GateInputs) -> float:
+    return float(np.max(np.abs(g.candidate.batched[0] - g.reference.batched[0])))
+
+
+def _alone_diff(g: GateInputs) -> float:
+    c = g.candidate
+    return max(float(np.max(np.abs(c.alone[k] - c.batched[k][g.alone_index]))) for k in (0, 1))
+
+
+def _embedding_cosine(g: GateInputs) -> float:
+    return min_cosine(g.candidate.batched[1], g.reference.batched[1])
+
+
+def _argmax_agreement(g: GateInputs) -> float:
+    ours, theirs = g.candidate.batched[0].argmax(axis=1), g.reference.batched[0].argmax(axis=1)
+    return float(np.mean(ours == theirs))
+
+
+def _accuracy_drop(g: GateInputs) -> float:
+    labels = g.gate_set.labels
+    return 100.0 * (g.reference.accuracy(labels) - g.candidate.accuracy(labels))
+
+
+def _alone_cosine(g: GateInputs) -> float:
+    return min_cosine(g.candidate.alone[1], g.candidate.batched[1][g.alone_index])
+
+
+# Every measure a gate can compare with a limit, by the name results carry.
+MEASURES: dict[str, Callable[[GateInputs], float]] = {
+    "non_finite_values": _non_finite,
+    "max_abs_logit_diff_vs_torch": _logit_diff,  # vs PyTorch, same padded batches
+    "alone_vs_batch_max_abs_diff": _alone_diff,  # logits and embeddings
+    "min_embedding_cosine_vs_fp32": _embedding_cosine,
+    "argmax_agreement_vs_fp32": _argmax_agreement,
+    "accuracy_drop_points": _accuracy_drop,
+    "alone_vs_batch_min_cosine": _alone_cosine,
+}
+
+_FINITE = GateCheck("non_finite_values", GATES.max_non_finite_values, "<=")
+# A variant that claims FP32 numerics.
+FP32_GATES = (
+    _FINITE,
+    GateCheck("max_abs_logit_diff_vs_torch", GATES.fp32_max_abs_logit_diff, "<="),
+    GateCheck("alone_vs_batch_max_abs_diff", GATES.fp32_alone_vs_batch_max_abs_diff, "<="),
+)
+# Reduced precision: agreement with the FP32 reference instead of equality.
+REDUCED_GATES = (
+    GateCheck("min_embedding_cosine_vs_fp32", GATES.reduced_min_embedding_cosine, ">="),
+    GateCheck("argmax_agreement_vs_fp32", GATES.reduced_min_argmax_agreement, ">="),
+    GateCheck("accuracy_drop_points", GATES.reduced_max_accuracy_drop_points, "<="),
+    GateCheck("alone_vs_batch_min_cosine", GATES.reduced_alone_vs_batch_min_cosine, ">="),
+)
+INT8_GATES = (_FINITE, *REDUCED_GATES)
+FP16_GATES = (
+    _FINITE,
+    GateCheck("max_abs_logit_diff_vs_torch", GATES.fp16_max_abs_logit_diff, "<="),
+    *REDUCED_GATES,
+)
 
 
 @dataclass
 class GateReport:
     variant: str
-    precision: str
     results: list[GateResult] = field(default_factory=list)
     accuracy: float = float("nan")
 
@@ -171,74 +259,19 @@ class GateReport:
 
 def apply_gates(
     variant: str,
-    precision: str,
+    checks: tuple[GateCheck, ...],
     candidate: Evaluation,
     reference: Evaluation,
     gate_set: GateSet,
-    thresholds: GateThresholds = GATES,
 ) -> GateReport:
-    """Compare a variant's outputs with the PyTorch FP32 reference on the same gate set."""
-    if precision not in ("fp32", "fp16", "int8"):
-        raise ValueError(f"unknown precision {precision!r}")
-    t = thresholds
-    report = GateReport(variant, precision, accuracy=candidate.accuracy(gate_set.labels))
-    results = [_gate("non_finite_values", _non_finite(candidate), t.max_non_finite_values, "<=")]
-    (logits, embedding), (ref_logits, ref_embedding) = candidate.batched, reference.batched
-    alone_index = np.asarray(gate_set.alone)
-    logit_diff = float(np.max(np.abs(logits - ref_logits)))
-    alone_diff = max(
-        float(np.max(np.abs(candidate.alone[k] - candidate.batched[k][alone_index])))
-        for k in (0, 1)
-    )
-    if precision == "fp32":
-        results.append(
-            _gate("max_abs_logit_diff_vs_torch", logit_diff, t.fp32_max_abs_logit_diff, "<=")
-        )
-        results.append(
-            _gate(
-                "alone_vs_batch_max_abs_diff", alone_diff, t.fp32_alone_vs_batch_max_abs_diff, "<="
-            )
-        )
-    else:
-        if precision == "fp16":
-            results.append(
-                _gate("max_abs_logit_diff_vs_torch", logit_diff, t.fp16_max_abs_logit_diff, "<=")
-            )
-        cosine = _min_cosine(embedding, ref_embedding)
-        agreement = float(np.mean(logits.argmax(axis=1) == ref_logits.argmax(axis=1)))
-        drop = 100.0 * (reference.accuracy(gate_set.labels) - report.accuracy)
-        alone_cosine = _min_cosine(candidate.alone[1], candidate.batched[1][alone_index])
-        results += [
-            _gate("min_embedding_cosine_vs_fp32", cosine, t.reduced_min_embedding_cosine, ">="),
-            _gate("argmax_agreement_vs_fp32", agreement, t.reduced_min_argmax_agreement, ">="),
-            _gate("accuracy_drop_points", drop, t.reduced_max_accuracy_drop_points, "<="),
-            _gate(
-                "alone_vs_batch_min_cosine",
-                alone_cosine,
-                t.reduced_alone_vs_batch_min_cosine,
-                ">=",
-            ),
-        ]
-    report.results = results
-    return report
-
-
-def gate_runner(
-    runner: Runner,
-    variant: str,
-    precision: str,
-    tokenizer: TextTokenizer,
-    gate_set: GateSet,
-    reference: Evaluation,
-    thresholds: GateThresholds = GATES,
-) -> GateReport:
-    """Evaluate ``runner`` on ``gate_set`` and apply the gates (convenience for callers)."""
-    return apply_gates(
-        variant, precision, evaluate(runner, tokenizer, gate_set), reference, gate_set, thresholds
-    )
-
-
-def text_lengths(tokenizer: TextTokenizer, gate_set: GateSet) -> tuple[int, int]:
-    """Shortest and longest text of the gate set in tokens (after truncation)."""
-    counts = [tokenizer.token_count(text) for text in gate_set.texts]
-    return min(counts), min(max(counts), MAX_SEQUENCE_LENGTH)
+    """Compare a variant's outputs with the PyTorch FP32 reference on the same gate set,
+    one result per check, in the checks' order."""
+    unknown = [c.measure for c in checks if c.measure not in MEASURES]
+    if unknown or not checks:
+        raise ValueError(f"unknown gate measure(s) {unknown}; known: {sorted(MEASURES)}")
+    inputs = GateInputs(candidate, reference, gate_set)
+    results = [
+        GateResult.compare(c.measure, MEASURES[c.measure](inputs), c.limit, c.comparison)
+        for c in checks
+    ]
+    return GateReport(variant, results, accuracy=candidate.accuracy(gate_set.labels))

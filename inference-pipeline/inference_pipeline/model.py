@@ -1,10 +1,11 @@
 """The model: all-MiniLM-L6-v2 with a five-topic BBC News head, fine-tuned once and cached.
 
-Training reuses the project's fine-tuning code (``fundamentals.finetune``: fresh head, a
-frozen-base phase, then layer-wise learning-rate decay) and BBC split
-(``phase01_common.bbc_news``). The fine-tuned weights are cached under
-``~/.cache/inference_pipeline/<settings hash>/`` (``INFERENCE_PIPELINE_CACHE`` moves it), so
-``build`` trains once per setting and later runs load in seconds.
+Training is the project's one fine-tuning recipe (``fundamentals.finetune``: its settings
+type ``FineTuneConfig`` and its two phases, a frozen-base phase then layer-wise learning-rate
+decay, for a fixed number of steps) on the BBC split (``phase01_common.bbc_news``). The
+fine-tuned weights are cached under ``~/.cache/inference_pipeline/<settings hash>/``
+(``INFERENCE_PIPELINE_CACHE`` moves it), so ``build`` trains once per setting and later runs
+load in seconds.
 
 :class:`TopicClassifier` is the graph that gets exported: ``(input_ids, attention_mask) ->
 (logits, embedding)``, where ``embedding`` is the attention-masked mean of the last hidden
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import json
 import os
 import time
@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from fundamentals import finetune
+from fundamentals.finetune import FineTuneConfig
 from torch import nn
 
 from inference_pipeline.tokenization import TextTokenizer
@@ -36,30 +38,11 @@ CACHE_ENV = "INFERENCE_PIPELINE_CACHE"
 Progress = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class TrainSettings:
-    """Everything that determines the fine-tuned weights (the cache key hashes all of it)."""
-
-    train_per_label: int = 40
-    dev_per_label: int = 20
-    max_length: int = 96
-    batch_size: int = 16
-    phase_one_epochs: int = 2
-    phase_two_epochs: int = 1
-    head_lr: float = 3e-2
-    base_lr: float = 1.5e-4
-    decay: float = 0.8
-    weight_decay: float = 0.01
-    seed: int = 0
-
-    def key(self) -> str:
-        text = json.dumps(dataclasses.asdict(self), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
+# The pipeline's model: more articles and longer texts than the fundamentals answer's default.
+PIPELINE_TRAINING = FineTuneConfig(train_per_label=40, dev_per_label=20, max_length=96)
 # A short run (head only, few articles) for the tests: seconds instead of a minute; the gates
 # and exports do not need a well-trained model, only a deterministic one.
-QUICK_SETTINGS = TrainSettings(
+QUICK_SETTINGS = FineTuneConfig(
     train_per_label=8, dev_per_label=8, max_length=48, phase_one_epochs=2, phase_two_epochs=0
 )
 
@@ -89,7 +72,7 @@ class TrainedModel:
 
     sequence_classifier: nn.Module  # transformers BertForSequenceClassification, eval mode
     label_names: tuple[str, ...]
-    settings: TrainSettings
+    settings: FineTuneConfig
     dev_accuracy: dict[str, float]  # before / after training, on settings.dev_per_label
     train_seconds: float
     from_cache: bool
@@ -111,9 +94,8 @@ def _encode_torch(tokenizer: TextTokenizer, texts: list[str]) -> dict[str, torch
     return {k: torch.from_numpy(v) for k, v in tokenizer.encode(texts).items()}
 
 
-def _fine_tune(settings: TrainSettings, progress: Progress) -> tuple[nn.Module, dict]:
+def _fine_tune(settings: FineTuneConfig, progress: Progress) -> tuple[nn.Module, dict]:
     """Phase one (frozen base, head only) then phase two (LLRD) with fundamentals.finetune."""
-    from fundamentals import finetune
     from phase01_common.bbc_news import load_bbc_news
 
     data = load_bbc_news(seed=settings.seed).take(settings.train_per_label, settings.dev_per_label)
@@ -127,26 +109,10 @@ def _fine_tune(settings: TrainSettings, progress: Progress) -> tuple[nn.Module, 
     accuracy = {"before": finetune.accuracy(model, dev_inputs, dev_labels)}
     progress(f"training on {len(train_labels)} BBC articles ({settings.max_length} tokens)")
 
-    finetune.set_base_trainable(model, False)
-    head_params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(
-        head_params, lr=settings.head_lr, weight_decay=settings.weight_decay
-    )
-    args = (train_inputs, train_labels, settings.phase_one_epochs, settings.batch_size, generator)
-    losses = finetune.train_epochs(model, optimizer, *args)
+    losses = finetune.phase_one(model, train_inputs, train_labels, settings, generator)
     progress(f"phase one (head only): {len(losses)} steps")
     if settings.phase_two_epochs:
-        finetune.set_base_trainable(model, True)
-        groups = finetune.layerwise_lr_param_groups(
-            model,
-            base_lr=settings.base_lr,
-            head_lr=settings.head_lr,
-            decay=settings.decay,
-            weight_decay=settings.weight_decay,
-        )
-        optimizer = torch.optim.AdamW(groups)
-        args = (train_inputs, train_labels, settings.phase_two_epochs, settings.batch_size)
-        losses = finetune.train_epochs(model, optimizer, *args, generator)
+        losses, _ = finetune.phase_two(model, train_inputs, train_labels, settings, generator)
         progress(f"phase two (layer-wise LR decay): {len(losses)} steps")
     accuracy["after"] = finetune.accuracy(model, dev_inputs, dev_labels)
     model.eval()
@@ -156,13 +122,11 @@ def _fine_tune(settings: TrainSettings, progress: Progress) -> tuple[nn.Module, 
 
 
 def load_or_train(
-    settings: TrainSettings = TrainSettings(),
+    settings: FineTuneConfig = PIPELINE_TRAINING,
     cache_dir: Path | None = None,
     progress: Progress = print,
 ) -> TrainedModel:
     """The fine-tuned model for ``settings``: from the cache, or trained and cached."""
-    from fundamentals import finetune
-
     folder = (cache_dir or default_cache_dir()) / settings.key()
     weights, meta_file = folder / "classifier.pt", folder / "meta.json"
     start = time.perf_counter()

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnx
 import torch
 
-from inference_pipeline import export, optimize, quantize, repository
+from inference_pipeline import export, optimize, repository
 from inference_pipeline.gates import (
     GATES,
     Evaluation,
@@ -28,7 +29,14 @@ from inference_pipeline.gates import (
     build_gate_set,
     evaluate,
 )
-from inference_pipeline.model import TrainSettings, load_or_train, torch_outputs
+from inference_pipeline.model import (
+    PIPELINE_TRAINING,
+    QUICK_SETTINGS,
+    FineTuneConfig,
+    load_or_train,
+    torch_outputs,
+)
+from inference_pipeline.quantize import METHODS, Recipe, primary_recipes, recipe
 from inference_pipeline.runtime import make_session, measure_latency, session_runner
 from inference_pipeline.tokenization import TextTokenizer
 
@@ -43,7 +51,7 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class BuildSettings:
-    train: TrainSettings = TrainSettings()
+    train: FineTuneConfig = PIPELINE_TRAINING
     gate_dev_per_label: int = 40  # 200 held-out articles: one flipped text = 0.5 points
     ladder_per_length: int = 2
     calibration_texts: int = 32  # training articles for static INT8 calibration
@@ -52,9 +60,7 @@ class BuildSettings:
 
 
 QUICK_BUILD = BuildSettings(
-    train=TrainSettings(
-        train_per_label=8, dev_per_label=8, max_length=48, phase_one_epochs=2, phase_two_epochs=0
-    ),
+    train=QUICK_SETTINGS,
     gate_dev_per_label=4,
     ladder_per_length=1,
     calibration_texts=8,
@@ -65,16 +71,27 @@ QUICK_BUILD = BuildSettings(
 @dataclass
 class Variant:
     name: str  # model folder name, e.g. bbc_minilm_int8_dynamic
-    route: str  # export route it came from
-    precision: str  # fp32 / int8 / fp16
-    recipe: str  # how it was made, for the manifest
+    recipe: Recipe  # its row of quantize.RECIPES
+    made_by: str  # how it was made, for the manifest
     path: Path
     gates: GateReport | None = None
     latency_ms: dict[str, float] = field(default_factory=dict)
 
     @property
+    def route(self) -> str:
+        return self.recipe.route
+
+    @property
+    def precision(self) -> str:
+        return self.recipe.precision
+
+    @property
     def promoted(self) -> bool:
         return self.gates is not None and self.gates.passed
+
+
+def variant_name(row: Recipe) -> str:
+    return f"{MODEL_PREFIX}_{row.variant_suffix}"
 
 
 @dataclass
@@ -101,64 +118,36 @@ def _timed(seconds: dict[str, float], name: str, progress: Progress):
     return _Timer()
 
 
-def _make_variants(
+def _make_variant(
+    row: Recipe,
     classifier: torch.nn.Module,
     tokenizer: TextTokenizer,
     work: Path,
     calibration: list[str],
+    made: dict[str, Path],
+    fusions: list[optimize.FusionReport],
     progress: Progress,
-) -> tuple[list[Variant], list[optimize.FusionReport]]:
-    example = export.example_inputs(tokenizer)
-    variants, fusions = [], []
-    exports = {}
-    for route in export.ROUTES:
-        result = export.export_onnx(classifier, route, example, work / f"{route}.onnx")
-        progress(f"  exported {route}: {result.node_count} nodes in {result.seconds:.1f} s")
-        exports[route] = result.path
-        suffix = "" if route == "torchscript" else f"_{route}"
-        variants.append(
-            Variant(f"{MODEL_PREFIX}_fp32{suffix}", route, "fp32", f"{route} export", result.path)
-        )
-    for route, path in exports.items():
-        fused = optimize.fuse(path, work / f"{route}_fused.onnx", route)
+) -> Variant:
+    """The variant of one recipe row; ``made`` maps recipe names to the graphs made so far
+    (a row's ``source`` is made before it: the table lists sources first)."""
+    dst = work / f"{row.name}.onnx"
+    made_by = row.made_by.format(calibration=len(calibration), tool="")
+    if row.method == "export":
+        result = export.export_onnx(classifier, row.route, export.example_inputs(tokenizer), dst)
+        progress(f"  exported {row.route}: {result.node_count} nodes in {result.seconds:.1f} s")
+    elif row.method == "fuse":
+        fused = optimize.fuse(made[row.source], dst, row.route)
         fusions.append(fused)
         if fused.tool != optimize.ORT_TRANSFORMER_OPTIMIZER:  # the ORT optimizer's view too
-            fusions.append(optimize.fuse_with_ort_optimizer(path, None, route))
-        progress(f"  fused {route} with {fused.tool}: {fused.counts}")
-        suffix = "" if route == "torchscript" else f"_{route}"
-        variants.append(
-            Variant(f"{MODEL_PREFIX}_fp32{suffix}_fused", route, "fp32", fused.tool, fused.path)
-        )
-    # INT8 from the plain TorchScript export (measured faster than from its fused graph).
-    base = exports["torchscript"]
-    dynamic = quantize.quantize_int8_dynamic(base, work / "int8_dynamic.onnx", per_channel=True)
-    variants.append(
-        Variant(
-            f"{MODEL_PREFIX}_int8_dynamic", "torchscript", "int8", "dynamic, per-channel", dynamic
-        )
-    )
-    progress("  quantized INT8 dynamic (per-channel weights)")
-    static = quantize.quantize_int8_static(
-        base, work / "int8_static.onnx", tokenizer, calibration, per_channel=True
-    )
-    recipe = f"static QDQ, MinMax on {len(calibration)} training texts, FFN output FP32"
-    variants.append(Variant(f"{MODEL_PREFIX}_int8_static", "torchscript", "int8", recipe, static))
-    progress(f"  quantized INT8 static QDQ ({len(calibration)} calibration texts)")
-    fp16 = quantize.convert_fp16(work / "torchscript_fused.onnx", work / "fp16.onnx")
-    variants.append(
-        Variant(f"{MODEL_PREFIX}_fp16", "torchscript", "fp16", "fused graph to FP16", fp16)
-    )
-    progress("  converted the fused graph to FP16 (FP32 inputs/outputs kept)")
-    return variants, fusions
-
-
-def _per_tensor_fallback(variant: Variant, work: Path) -> Variant:
-    """Dynamic INT8 with one scale per weight tensor (tried when per-channel fails a gate)."""
-    base = work / "torchscript.onnx"
-    path = quantize.quantize_int8_dynamic(
-        base, work / "int8_dynamic_per_tensor.onnx", per_channel=False
-    )
-    return Variant(variant.name, variant.route, "int8", "dynamic, per-tensor", path)
+            fusions.append(optimize.fuse_with_ort_optimizer(made[row.source], None, row.route))
+        progress(f"  fused {row.route} with {fused.tool}: {fused.counts}")
+        made_by = row.made_by.format(calibration=len(calibration), tool=fused.tool)
+    else:
+        METHODS[row.method](row, made[row.source], dst, tokenizer, calibration)
+        progress(f"  {row.name}: {made_by}")
+    export.check_io_contract(onnx.load(str(dst)), str(dst))
+    made[row.name] = dst
+    return Variant(variant_name(row), row, made_by, dst)
 
 
 def _gate_variant(
@@ -170,9 +159,8 @@ def _gate_variant(
     progress: Progress,
 ) -> None:
     runner = session_runner(make_session(variant.path, threads))
-    variant.gates = apply_gates(
-        variant.name, variant.precision, evaluate(runner, tokenizer, gate_set), reference, gate_set
-    )
+    candidate = evaluate(runner, tokenizer, gate_set)
+    variant.gates = apply_gates(variant.name, variant.recipe.gates, candidate, reference, gate_set)
     if variant.promoted:
         progress(f"  PASS {variant.name}")
     for failed in variant.gates.failed:
@@ -200,9 +188,16 @@ def build(
 
         train_texts = load_bbc_news(seed=settings.train.seed).train_texts
         calibration = train_texts[: settings.calibration_texts]
-        variants, fusions = _make_variants(
-            trained.classifier("eager"), tokenizer, work, calibration, progress
-        )
+        classifier = trained.classifier("eager")
+        made: dict[str, Path] = {}
+        fusions: list[optimize.FusionReport] = []
+
+        def make(row: Recipe) -> Variant:
+            return _make_variant(
+                row, classifier, tokenizer, work, calibration, made, fusions, progress
+            )
+
+        variants = [make(row) for row in primary_recipes()]
     with _timed(seconds, "reference", progress):
         gate_set = build_gate_set(
             tokenizer, settings.gate_dev_per_label, settings.ladder_per_length, settings.train.seed
@@ -223,8 +218,8 @@ def build(
     with _timed(seconds, "gates", progress):
         for index, variant in enumerate(variants):
             _gate_variant(variant, tokenizer, gate_set, reference, settings.threads, progress)
-            if variant.name.endswith("int8_dynamic") and not variant.promoted:
-                variants[index] = variant = _per_tensor_fallback(variant, work)
+            if variant.recipe.fallback and not variant.promoted:
+                variants[index] = variant = make(recipe(variant.recipe.fallback))
                 _gate_variant(variant, tokenizer, gate_set, reference, settings.threads, progress)
     with _timed(seconds, "latency", progress):
         probe = tokenizer.encode([" ".join(["news"] * 200)])
@@ -290,7 +285,8 @@ def write_repository(
                 "name": variant.name,
                 "route": variant.route,
                 "precision": variant.precision,
-                "recipe": variant.recipe,
+                "recipe": variant.recipe.name,
+                "made_by": variant.made_by,
                 "promoted": variant.promoted,
                 "accuracy": variant.gates.accuracy if variant.gates else None,
                 "gates": [dataclasses.asdict(r) for r in variant.gates.results]
@@ -342,11 +338,9 @@ def result_from_repository(repo: Path) -> BuildResult:
         gates = None
         if entry.get("gates"):
             results = [GateResult(**g) for g in entry["gates"]]
-            gates = GateReport(entry["name"], entry["precision"], results, entry["accuracy"])
+            gates = GateReport(entry["name"], results, entry["accuracy"])
         folder = repo / entry["name"]
-        variant = Variant(
-            entry["name"], entry["route"], entry["precision"], entry["recipe"], folder, gates
-        )
+        variant = Variant(entry["name"], manifest_recipe(entry), entry["made_by"], folder, gates)
         variant.latency_ms = entry.get("latency_ms_batch1_seq128", {})
         variants.append(variant)
     fusions = [
@@ -388,6 +382,14 @@ def build_cached(
     return result_from_repository(repo)
 
 
+def manifest_recipe(entry: dict) -> Recipe:
+    """The recipe row a manifest entry names (RepositoryError for a recipe not in the table)."""
+    try:
+        return recipe(str(entry.get("recipe")))
+    except KeyError as exc:
+        raise repository.RepositoryError(f"manifest entry {entry.get('name')!r}: {exc}") from None
+
+
 def gate_repository(repo: Path, threads: int = 2, progress: Progress = print) -> list[GateReport]:
     """Re-run the gates on every promoted variant of an existing repository."""
     repo = Path(repo)
@@ -406,7 +408,7 @@ def gate_repository(repo: Path, threads: int = 2, progress: Progress = print) ->
         runner = session_runner(make_session(folder.onnx_path, threads))
         report = apply_gates(
             entry["name"],
-            entry["precision"],
+            manifest_recipe(entry).gates,
             evaluate(runner, folder.tokenizer, gate_set),
             reference,
             gate_set,

@@ -8,11 +8,18 @@
   which ONNX Runtime folds into integer kernels at load.
 - FP16 (``convert_float_to_float16`` with FP32 I/O kept): a numerical check on CPU only;
   its speed only means something on a GPU (CPU kernels mostly upcast).
+
+:data:`RECIPES` is the declared table of every variant ``build`` makes (FP32 exports and
+fused graphs included): precision, method, source, per-channel, calibration, nodes kept
+FP32, the gates that apply, a fallback. ``build``, ``gate``, the bench and the report read
+it; adding a variant is one row (and, for a new kind of conversion, one function in
+:data:`METHODS`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +33,7 @@ from onnxruntime.quantization import (
     quantize_static,
 )
 
-from inference_pipeline.export import check_io_contract
+from inference_pipeline.gates import FP16_GATES, FP32_GATES, INT8_GATES, GateCheck
 from inference_pipeline.quiet import quiet
 from inference_pipeline.tokenization import TextTokenizer
 
@@ -36,17 +43,25 @@ QUANTIZED_OPS = ("MatMul",)
 _QUANT_OPTIONS = {"DefaultTensorType": onnx.TensorProto.FLOAT}  # fused ops lack type info
 
 
-def quantize_int8_dynamic(src: Path, dst: Path, per_channel: bool = True) -> Path:
+def quantize_int8_dynamic(
+    src: Path,
+    dst: Path,
+    per_channel: bool = True,
+    op_types: Sequence[str] | None = QUANTIZED_OPS,
+    exclude: Sequence[str] = (),
+) -> Path:
+    """INT8 weights, activations quantized per call (the classifier's and the GPT's INT8).
+    ``op_types=None``: every op type ONNX Runtime can; ``exclude``: node names kept FP32."""
     with quiet(None):
         quantize_dynamic(
             str(src),
             str(dst),
             weight_type=QuantType.QInt8,
             per_channel=per_channel,
-            op_types_to_quantize=list(QUANTIZED_OPS),
+            op_types_to_quantize=list(op_types) if op_types is not None else None,
+            nodes_to_exclude=list(exclude),
             extra_options=_QUANT_OPTIONS,
         )
-    check_io_contract(onnx.load(str(dst)), str(dst))
     return dst
 
 
@@ -87,17 +102,12 @@ def quantize_int8_static(
     calibration_texts: Sequence[str],
     per_channel: bool = True,
     batch_size: int = 8,
-    keep_ffn_output_fp32: bool = True,
+    exclude: Sequence[str] = (),
 ) -> Path:
-    """QDQ INT8 with activation ranges from ``calibration_texts`` (MinMax calibration).
-
-    ``keep_ffn_output_fp32`` leaves the 6 feed-forward output MatMuls in FP32: measured on
-    the BBC model, quantizing them drops the worst embedding cosine from 0.99 to 0.90-0.95
-    (below the 0.98 gate), and Percentile calibration instead of MinMax made it worse (0.76).
-    """
+    """QDQ INT8 with activation ranges from ``calibration_texts`` (MinMax calibration);
+    ``exclude``: node names kept FP32 (see ``KEEP_FP32``)."""
     if not calibration_texts:
         raise ValueError("static quantization needs at least one calibration text")
-    excluded = ffn_output_matmuls(src) if keep_ffn_output_fp32 else []
     reader = TextCalibrationReader(tokenizer, calibration_texts, batch_size)
     with quiet(None):
         quantize_static(
@@ -110,10 +120,9 @@ def quantize_int8_static(
             weight_type=QuantType.QInt8,
             op_types_to_quantize=list(QUANTIZED_OPS),
             calibrate_method=CalibrationMethod.MinMax,
-            nodes_to_exclude=excluded,
+            nodes_to_exclude=list(exclude),
             extra_options=_QUANT_OPTIONS,
         )
-    check_io_contract(onnx.load(str(dst)), str(dst))
     return dst
 
 
@@ -124,5 +133,96 @@ def convert_fp16(src: Path, dst: Path) -> Path:
     with quiet(None):
         model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
     onnx.save(model, str(dst))
-    check_io_contract(model, str(dst))
     return dst
+
+
+# Node selectors for ``Recipe.keep_fp32``: names of nodes a recipe leaves unquantized.
+# The 6 feed-forward output MatMuls: measured on the BBC model, quantizing them (static QDQ)
+# drops the worst embedding cosine from 0.99 to 0.90-0.95 (below the 0.98 gate), and
+# Percentile calibration instead of MinMax made it worse (0.76).
+KEEP_FP32: dict[str, Callable[[Path], list[str]]] = {"ffn_output_matmuls": ffn_output_matmuls}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One variant of the model: how it is made and which gates it must pass."""
+
+    name: str  # the variant's folder is f"{MODEL_PREFIX}_{folder or name}"
+    precision: str  # fp32 / int8 / fp16: the bench's colour, the report's grouping
+    route: str  # the export route the variant descends from (export.ROUTES)
+    method: str  # "export", "fuse" (pipeline stages) or a key of METHODS
+    source: str | None  # the recipe whose output this one converts (None for an export)
+    gates: tuple[GateCheck, ...]
+    made_by: str  # for the manifest; "{calibration}" is the number of calibration texts
+    per_channel: bool = False  # INT8 weight scales per output channel (else per tensor)
+    calibration: str | None = None  # "minmax": static activation ranges from training texts
+    keep_fp32: str | None = None  # a key of KEEP_FP32
+    fallback: str | None = None  # the recipe built instead when this one fails a gate
+    folder: str | None = None  # a fallback shares the folder of the recipe it replaces
+    timed_on_cpu: bool = True  # False: a GPU speed path, gated but not timed on a CPU
+
+    @property
+    def variant_suffix(self) -> str:
+        return self.folder or self.name
+
+
+RECIPES: tuple[Recipe, ...] = (
+    Recipe("fp32_dynamo", "fp32", "dynamo", "export", None, FP32_GATES, "dynamo export"),
+    Recipe("fp32", "fp32", "torchscript", "export", None, FP32_GATES, "torchscript export"),
+    Recipe("fp32_dynamo_fused", "fp32", "dynamo", "fuse", "fp32_dynamo", FP32_GATES, "{tool}"),
+    Recipe("fp32_fused", "fp32", "torchscript", "fuse", "fp32", FP32_GATES, "{tool}"),
+    # INT8 from the plain TorchScript export (measured faster than from its fused graph).
+    Recipe("int8_dynamic", "int8", "torchscript", "int8_dynamic", "fp32", INT8_GATES,
+           "dynamic, per-channel", per_channel=True, fallback="int8_dynamic_per_tensor"),
+    Recipe("int8_dynamic_per_tensor", "int8", "torchscript", "int8_dynamic", "fp32", INT8_GATES,
+           "dynamic, per-tensor", folder="int8_dynamic"),
+    Recipe("int8_static", "int8", "torchscript", "int8_static", "fp32", INT8_GATES,
+           "static QDQ, MinMax on {calibration} training texts, FFN output FP32",
+           per_channel=True, calibration="minmax", keep_fp32="ffn_output_matmuls"),
+    Recipe("fp16", "fp16", "torchscript", "fp16", "fp32_fused", FP16_GATES,
+           "fused graph to FP16", timed_on_cpu=False),
+)  # fmt: skip
+
+
+def recipe(name: str) -> Recipe:
+    """The row of :data:`RECIPES` called ``name`` (KeyError names the known ones)."""
+    for row in RECIPES:
+        if row.name == name:
+            return row
+    raise KeyError(f"no recipe {name!r}; recipes: {[r.name for r in RECIPES]}")
+
+
+def primary_recipes() -> list[Recipe]:
+    """The recipes ``build`` makes up front (a fallback is made only when needed)."""
+    fallbacks = {row.fallback for row in RECIPES if row.fallback}
+    return [row for row in RECIPES if row.name not in fallbacks]
+
+
+def precision_order() -> list[str]:
+    """Every precision of the table, in table order (the bench's colours follow it)."""
+    return list(dict.fromkeys(row.precision for row in RECIPES))
+
+
+def _dynamic(row: Recipe, src: Path, dst: Path, tokenizer: TextTokenizer, texts: Sequence[str]):
+    exclude = KEEP_FP32[row.keep_fp32](src) if row.keep_fp32 else ()
+    return quantize_int8_dynamic(src, dst, per_channel=row.per_channel, exclude=exclude)
+
+
+def _static(row: Recipe, src: Path, dst: Path, tokenizer: TextTokenizer, texts: Sequence[str]):
+    exclude = KEEP_FP32[row.keep_fp32](src) if row.keep_fp32 else ()
+    return quantize_int8_static(
+        src, dst, tokenizer, texts, per_channel=row.per_channel, exclude=exclude
+    )
+
+
+def _fp16(row: Recipe, src: Path, dst: Path, tokenizer: TextTokenizer, texts: Sequence[str]):
+    return convert_fp16(src, dst)
+
+
+# The conversions a recipe's ``method`` names: (recipe, source graph, destination, tokenizer,
+# calibration texts) -> destination.
+METHODS: dict[str, Callable[[Recipe, Path, Path, TextTokenizer, Sequence[str]], Path]] = {
+    "int8_dynamic": _dynamic,
+    "int8_static": _static,
+    "fp16": _fp16,
+}

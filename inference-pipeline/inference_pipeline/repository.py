@@ -13,7 +13,8 @@ model_repository/
 Only promoted variants get a model folder. ``config.pbtxt`` is built as a
 ``tritonclient.grpc.model_config_pb2.ModelConfig`` message and written with protobuf's
 ``text_format``, so a field Triton does not know cannot be written, and reading it back with
-the same schema is the validation.
+the same schema is the validation. :func:`read_config` is the one reader of config.pbtxt
+(build, gate and serve all go through it); every problem is a :class:`RepositoryError`.
 """
 
 from __future__ import annotations
@@ -28,10 +29,14 @@ import onnx
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from inference_pipeline.serving.backends import BackendError, backend_spec
 from inference_pipeline.tokenization import MAX_SEQUENCE_LENGTH, TextTokenizer
 
 PLATFORM = "onnxruntime_onnx"
 MODEL_FILE = "model.onnx"
+CONFIG_FILE = "config.pbtxt"
+# A folder whose config says ``backend: "generation"`` holds a GPT: generation routes, not v2.
+GENERATION_BACKEND = "generation"
 VERSION = "1"
 MAX_BATCH_SIZE = 32
 PREFERRED_BATCH_SIZES = (4, 8, 16)
@@ -106,12 +111,27 @@ def write_model_folder(
 
 
 def read_config(path: Path) -> mc.ModelConfig:
-    if not path.is_file():
-        raise RepositoryError(f"{path}: no such file")
+    """Parse ``path`` (a config.pbtxt) with Triton's schema; RepositoryError names the file."""
+    path = Path(path)
     try:
-        return text_format.Parse(path.read_text(), mc.ModelConfig())
-    except (text_format.ParseError, UnicodeDecodeError) as exc:
-        raise RepositoryError(f"{path}: not a valid Triton model config ({exc})") from exc
+        text = path.read_text()
+    except FileNotFoundError:
+        raise RepositoryError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RepositoryError(f"{path}: cannot read ({exc})") from None
+    try:
+        return text_format.Parse(text, mc.ModelConfig())
+    except text_format.ParseError as exc:
+        raise RepositoryError(f"{path}: not a valid Triton model config ({exc})") from None
+
+
+def is_generation_folder(folder: Path) -> bool:
+    """True when ``folder/config.pbtxt`` declares ``backend: "generation"`` (a broken or
+    missing file is not one: the loader that reads it reports the problem)."""
+    try:
+        return read_config(Path(folder) / CONFIG_FILE).backend == GENERATION_BACKEND
+    except RepositoryError:
+        return False
 
 
 @dataclass
@@ -153,17 +173,24 @@ def check_config_matches_model(config: mc.ModelConfig, model: onnx.ModelProto, w
             raise RepositoryError(f"{where}: config {kind}s {mine} do not match the model's {show}")
 
 
-def load_model_folder(path: Path) -> ModelFolder:
-    """Read and validate one model folder (config, model, tokenizer, labels)."""
+def load_model_folder(path: Path, config: mc.ModelConfig | None = None) -> ModelFolder:
+    """Read and validate one text-classifier model folder (config, model, tokenizer, labels);
+    ``config``: the folder's config.pbtxt when the caller has read it already."""
     path = Path(path)
     if not path.is_dir():
         raise RepositoryError(f"{path}: no such model folder")
-    config = read_config(path / "config.pbtxt")
+    config = config if config is not None else read_config(path / CONFIG_FILE)
     if config.name and config.name != path.name:
         raise RepositoryError(f"{path}/config.pbtxt: name {config.name!r} is not the folder name")
-    if config.platform != PLATFORM:
-        raise RepositoryError(f"{path}/config.pbtxt: platform {config.platform!r}, not {PLATFORM}")
-    model_file = path / VERSION / (config.default_model_filename or MODEL_FILE)
+    try:
+        spec = backend_spec(config.platform or config.backend)
+    except BackendError as exc:
+        raise RepositoryError(f"{path}/config.pbtxt: {exc}") from None
+    if spec.model_format != "onnx":
+        raise RepositoryError(
+            f"{path}/config.pbtxt: platform {spec.platform!r} is not an ONNX platform"
+        )
+    model_file = path / VERSION / (config.default_model_filename or spec.model_file)
     if not model_file.is_file():
         raise RepositoryError(f"{model_file}: no such model file")
     try:
@@ -171,7 +198,7 @@ def load_model_folder(path: Path) -> ModelFolder:
         onnx.checker.check_model(model)
     except Exception as exc:  # protobuf DecodeError, ValidationError...: all mean "corrupt"
         raise RepositoryError(f"{model_file}: not a valid ONNX model ({exc})") from exc
-    check_config_matches_model(config, model, str(path / "config.pbtxt"))
+    check_config_matches_model(config, model, str(path / CONFIG_FILE))
     parameters = {k: v.string_value for k, v in config.parameters.items()}
     try:
         max_length = int(parameters.get("max_sequence_length", MAX_SEQUENCE_LENGTH))
@@ -229,10 +256,3 @@ def verify_hashes(repository: Path, files: dict[str, str]) -> None:
             raise RepositoryError(f"{path}: listed in the manifest but missing")
         if file_sha256(path) != digest:
             raise RepositoryError(f"{path}: sha256 differs from the manifest (file changed)")
-
-
-def promoted_folders(repository: Path) -> list[ModelFolder]:
-    """Every promoted variant's folder of a repository, validated."""
-    manifest = read_manifest(repository)
-    names = [v["name"] for v in manifest["variants"] if v.get("promoted")]
-    return [load_model_folder(Path(repository) / name) for name in names]

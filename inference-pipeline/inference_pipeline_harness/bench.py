@@ -114,21 +114,22 @@ def run_bench(repo: Path, threads: int, iterations: int, progress=print) -> Benc
     """Time torch eager and every promoted variant of ``repo``."""
     import onnxruntime as ort
     import torch
-    from inference_pipeline.model import TrainSettings, load_or_train, torch_outputs
+    from inference_pipeline.model import FineTuneConfig, load_or_train, torch_outputs
+    from inference_pipeline.pipeline import manifest_recipe
     from inference_pipeline.repository import load_model_folder, read_manifest
     from inference_pipeline.runtime import make_session, session_runner
 
     manifest = read_manifest(repo)
     entries = [v for v in manifest["variants"] if v.get("promoted")]
     if "CUDAExecutionProvider" not in ort.get_available_providers():
-        # CPU kernels upcast FP16: its CPU time says nothing about a GPU. Gated, not timed.
-        skipped = [v["name"] for v in entries if v["precision"] == "fp16"]
-        entries = [v for v in entries if v["precision"] != "fp16"]
+        # A GPU speed path (FP16: CPU kernels upcast) says nothing on a CPU. Gated, not timed.
+        skipped = [v["name"] for v in entries if not manifest_recipe(v).timed_on_cpu]
+        entries = [v for v in entries if v["name"] not in skipped]
         if skipped:
-            progress(f"not timed on CPU (FP16 is a GPU speed path): {', '.join(skipped)}")
+            progress(f"not timed on CPU (a GPU speed path): {', '.join(skipped)}")
     folders = {v["name"]: load_model_folder(repo / v["name"]) for v in entries}
     torch.set_num_threads(threads)
-    trained = load_or_train(TrainSettings(**manifest["train_settings"]), progress=progress)
+    trained = load_or_train(FineTuneConfig(**manifest["train_settings"]), progress=progress)
     eager = trained.classifier("sdpa")
     inputs = {"one": fixed_length_inputs(1), "eight": fixed_length_inputs(THROUGHPUT_BATCH)}
     result = BenchResult(threads, iterations)
@@ -222,6 +223,22 @@ def format_table(result: BenchResult) -> str:
     return "\n".join(lines)
 
 
+# Bar colours in the recipe table's precision order (fp32, int8, fp16, then any new one).
+PALETTE = ("tab:blue", "tab:green", "tab:orange", "tab:red", "tab:purple", "tab:brown",
+           "tab:pink", "tab:olive", "tab:cyan")  # fmt: skip
+
+
+def precision_colour(precision: str) -> str:
+    """Gray for torch; a precision the recipe table does not know gets the next colour."""
+    from inference_pipeline.quantize import precision_order
+
+    if precision == "torch":
+        return "tab:gray"
+    order = precision_order()
+    index = order.index(precision) if precision in order else len(order)
+    return PALETTE[index % len(PALETTE)]
+
+
 def plot(result: BenchResult, path: Path) -> Path:
     import matplotlib
 
@@ -232,12 +249,7 @@ def plot(result: BenchResult, path: Path) -> Path:
     p50 = np.array([t.p50 for t in result.timings])
     p99 = np.array([t.p99 for t in result.timings])
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    colors = [
-        "tab:gray"
-        if t.kind == "torch"
-        else {"fp32": "tab:blue", "int8": "tab:green", "fp16": "tab:orange"}[t.kind]
-        for t in result.timings
-    ]
+    colors = [precision_colour(t.kind) for t in result.timings]
     left.barh(names, p50, color=colors, label="p50")
     left.errorbar(
         p50, names, xerr=[np.zeros_like(p50), p99 - p50], fmt="none", ecolor="black", capsize=3
@@ -256,13 +268,6 @@ def plot(result: BenchResult, path: Path) -> Path:
     return path
 
 
-def default_repository(progress=print) -> Path:
-    """The full build, cached under its settings + code key (shared with `make demo`)."""
-    from inference_pipeline.pipeline import build_cached
-
-    return build_cached(progress=progress).repository
-
-
 def main(args: argparse.Namespace | None = None) -> int:
     from inference_pipeline.repository import RepositoryError
 
@@ -273,23 +278,19 @@ def main(args: argparse.Namespace | None = None) -> int:
         parser.add_argument("--iterations", type=int, default=100)
         parser.add_argument("--quick", action="store_true")
         parser.add_argument("--plot")
-        parser.add_argument("--serving", action="store_true")
         args = parser.parse_args()
-    if args.serving:
-        try:
-            from inference_pipeline_harness import serving_bench
-        except ModuleNotFoundError:
-            print("error: the serving benchmark (serving_bench) is not installed", file=sys.stderr)
-            return 2
-        argv = ([args.repository] if args.repository else []) + (["--quick"] if args.quick else [])
-        return int(serving_bench.main(argv) or 0)
     if args.threads < 1 or args.iterations < 1:
         print("error: --threads and --iterations must be at least 1", file=sys.stderr)
         return 2
     if args.repository and not Path(args.repository).is_dir():
         print(f"error: {args.repository}: no such model repository folder", file=sys.stderr)
         return 2
-    repo = Path(args.repository) if args.repository else default_repository()
+    if args.repository:
+        repo = Path(args.repository)
+    else:  # the full build, cached under its settings + code key (shared with `make demo`)
+        from inference_pipeline.pipeline import build_cached
+
+        repo = build_cached().repository
     iterations = 20 if args.quick else args.iterations
     try:
         result = run_bench(repo, args.threads, iterations)

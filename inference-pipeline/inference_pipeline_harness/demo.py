@@ -27,7 +27,7 @@ def gate_rows(result) -> list[list[object]]:
             [
                 variant.name,
                 variant.precision,
-                variant.recipe,
+                variant.made_by,
                 "yes" if variant.promoted else "NO",
                 variant.gates.accuracy if variant.gates else float("nan"),
                 values,

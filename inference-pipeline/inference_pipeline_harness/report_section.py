@@ -4,7 +4,7 @@ The full section reuses the full build cached under its settings + code key
 (``pipeline.build_cached``: built once, ~15 min on 2 cores, then read back), re-runs `gate` on
 it and benches it with a few rounds; the quick section builds the quick settings into a
 temporary folder. The plot and the bench JSON stay in ``out_dir``. The serving and generation
-helpers' subsections (``serving_report`` / ``generation_report``), when installed, are merged
+helpers' subsections (``serving_bench`` / ``generation_report``), when installed, are merged
 into this section; serving runs its SHORT sweep on the repository used here (issue 12: the
 full sweep and Ray Serve are `make bench`, i.e. `bench --serving`).
 """
@@ -22,10 +22,10 @@ from phase01_common.report import Check, Image, Section, Table
 from inference_pipeline_harness.bench import COLUMNS, INT8_TARGET, SPEEDUP_TARGET, plot
 from inference_pipeline_harness.demo import GATE_COLUMNS, fusion_rows, gate_rows, run
 
-SUBSECTIONS = ("serving_report", "generation_report")
+SUBSECTIONS = ("serving_bench", "generation_report")
 # Subsections that run their quick (short) variant even in the full demo: their full variant
 # is the benchmark that `make bench` runs.
-SHORT_IN_DEMO = {"serving_report"}
+SHORT_IN_DEMO = {"serving_bench"}
 
 
 def _pipeline_checks(result, reports, bench) -> list[Check]:

@@ -55,15 +55,18 @@ def quick_artifacts() -> QuickArtifacts:
     return QuickArtifacts(folder, trained, tokenizer, exports, gate_set, reference)
 
 
-def gate_onnx(path: Path, precision: str = "fp32"):
-    """Gate report of an ONNX file against the quick reference."""
+def gate_onnx(path: Path, recipe_name: str = "fp32"):
+    """Gate report of an ONNX file against the quick reference, with the gates of the recipe
+    ``recipe_name`` (a row of ``quantize.RECIPES``)."""
     from inference_pipeline.gates import apply_gates, evaluate
+    from inference_pipeline.quantize import recipe
     from inference_pipeline.runtime import make_session, session_runner
 
     art = quick_artifacts()
     runner = session_runner(make_session(path))
     candidate = evaluate(runner, art.tokenizer, art.gate_set)
-    return apply_gates(path.stem, precision, candidate, art.reference, art.gate_set)
+    checks = recipe(recipe_name).gates
+    return apply_gates(path.stem, checks, candidate, art.reference, art.gate_set)
 
 
 # ------------------------------------------------------------------------------------------
@@ -120,11 +123,14 @@ def small_repository(root: Path) -> Path:
     """A real repository from the quick exports: both FP32 routes, gated, written by the
     pipeline's own writer (no fusion or quantization, to stay fast)."""
     from inference_pipeline.pipeline import Variant, write_repository
+    from inference_pipeline.quantize import RECIPES
 
     art = quick_artifacts()
+    exports = {row.route: row for row in RECIPES if row.method == "export"}
     variants = []
     for route, path in art.exports.items():
-        variant = Variant(f"bbc_minilm_fp32_{route}", route, "fp32", f"{route} export", path)
+        row = exports[route]
+        variant = Variant(f"bbc_minilm_fp32_{route}", row, row.made_by, path)
         variant.gates = gate_onnx(path)
         variants.append(variant)
     repo = root / "model_repository"

@@ -319,9 +319,9 @@ def find_repository(explicit: str | None) -> Path:
     full build (made on first use, as `python -m inference_pipeline bench` does)."""
     candidate = explicit or os.environ.get(REPOSITORY_ENV)
     if not candidate:
-        from inference_pipeline_harness.bench import default_repository
+        from inference_pipeline.pipeline import build_cached
 
-        return default_repository(progress=log)
+        return build_cached(progress=log).repository
     path = Path(candidate)
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such model repository")
@@ -349,6 +349,20 @@ def main(argv: list[str] | None = None) -> int:
     for line in write_outputs(results, args.out):
         print(line)
     return 0
+
+
+def build_subsection(out_dir: Path, quick: bool, repository: Path | None = None):
+    """The serving part of the inference-pipeline report (a phase01_common Section).
+
+    ``repository`` defaults to ${INFERENCE_PIPELINE_REPOSITORY}; the quick variant runs one
+    short round without Ray (about a minute), the full one is `make bench`.
+    """
+    from inference_pipeline_harness.serving_report import section_from_results, write_outputs
+
+    repository = find_repository(str(repository) if repository else os.environ.get(REPOSITORY_ENV))
+    results = run_bench(repository, bench_settings(quick, ray=not quick))
+    write_outputs(results, out_dir)
+    return section_from_results(results, out_dir)
 
 
 def bench_settings(quick: bool, ray: bool = True) -> BenchSettings:

@@ -1,20 +1,12 @@
-"""The serving benchmark's tables, plots and report section (`make demo` runs the quick one)."""
+"""The serving benchmark's tables, plots and report section, made from its results
+(``serving_bench`` runs the benchmark and calls these; this module never runs it)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from inference_pipeline.loadtest.generator import LevelResult
 from inference_pipeline.loadtest.report import plot_latency_vs_throughput
-
-from inference_pipeline_harness.serving_bench import (
-    REPOSITORY_ENV,
-    BenchResults,
-    bench_settings,
-    find_repository,
-    run_bench,
-)
 
 SPEEDUP_TARGET = 1.3
 OVERHEAD_TARGET_MS = 1.0
@@ -24,7 +16,7 @@ def _levels(rows: list[dict]) -> list[LevelResult]:
     return [LevelResult(**row) for row in rows]
 
 
-def batching_rows(results: BenchResults) -> list[list[object]]:
+def batching_rows(results) -> list[list[object]]:
     rows = []
     for workload, configs in results.batching.items():
         base = configs["unbatched"]
@@ -46,7 +38,7 @@ BATCHING_COLUMNS = [
 SWEEP_COLUMNS = ["server", "concurrency", "answers/s", "p50 ms", "p90 ms", "p99 ms"]
 
 
-def sweep_rows(results: BenchResults) -> list[list[object]]:
+def sweep_rows(results) -> list[list[object]]:
     return [
         [name, row["level"], round(row["throughput"], 1)]
         + [round(row["latency_ms"].get(p, float("nan")), 2) for p in ("p50", "p90", "p99")]
@@ -55,7 +47,7 @@ def sweep_rows(results: BenchResults) -> list[list[object]]:
     ]
 
 
-def overhead_rows(results: BenchResults) -> list[list[object]]:
+def overhead_rows(results) -> list[list[object]]:
     p50 = results.overhead["p50_ms"]
     return [
         ["ONNX Runtime called directly (tokenize + run)", round(p50["direct"], 3), 0.0],
@@ -76,7 +68,7 @@ def comparison_rows(figures_by_server: dict) -> list[list[object]]:
 COMPARISON_COLUMNS = ["server", "answers/s", "p50 ms", "p99 ms", "errors"]
 
 
-def compute_rows(results: BenchResults) -> list[list[object]]:
+def compute_rows(results) -> list[list[object]]:
     per_text = results.overhead.get("compute_per_text_ms", {})
     base = per_text.get("batch 1")
     return [[name, round(ms, 3), round(base / ms, 2)] for name, ms in per_text.items()]
@@ -91,7 +83,7 @@ def markdown_table(columns: list[str], rows: list[list[object]]) -> str:
     return "\n".join(lines)
 
 
-def plot_batching(results: BenchResults, path: Path) -> None:
+def plot_batching(results, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -116,7 +108,7 @@ def plot_batching(results: BenchResults, path: Path) -> None:
     plt.close(figure)
 
 
-def write_outputs(results: BenchResults, out: Path) -> list[str]:
+def write_outputs(results, out: Path) -> list[str]:
     """results.json, tables.md and two plots under ``out``; returns the printed summary."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(results.to_json())
@@ -147,7 +139,7 @@ def write_outputs(results: BenchResults, out: Path) -> list[str]:
     return [text, f"written: {out}/results.json, tables.md, batching.png, sweep.png"]
 
 
-def _checks(results: BenchResults) -> list:
+def checks(results) -> list:
     from phase01_common.report import Check
 
     short = results.batching["short"]
@@ -174,17 +166,11 @@ def _checks(results: BenchResults) -> list:
     return checks
 
 
-def build_subsection(out_dir: Path, quick: bool, repository: Path | None = None):
-    """The serving part of the inference-pipeline report (a phase01_common Section).
-
-    ``repository`` defaults to ${INFERENCE_PIPELINE_REPOSITORY}; the quick variant runs one
-    short round without Ray (about a minute), the full one is `make bench`.
-    """
+def section_from_results(results, out_dir: Path):
+    """The serving part of the inference-pipeline report (a phase01_common Section), from
+    ``serving_bench.BenchResults`` whose outputs were written to ``out_dir``."""
     from phase01_common.report import Image, Section, Table
 
-    repository = find_repository(str(repository) if repository else os.environ.get(REPOSITORY_ENV))
-    results = run_bench(repository, bench_settings(quick, ray=not quick))
-    write_outputs(results, out_dir)
     short = results.batching["short"]
     speedup = short["batched"]["throughput"] / short["unbatched"]["throughput"]
     section = Section(title="Serving: dynamic batching on the v2 protocol")
@@ -195,7 +181,7 @@ def build_subsection(out_dir: Path, quick: bool, repository: Path | None = None)
         ("batcher overhead at concurrency 1 (p50)",
          f"{results.overhead['overhead_ms']:.3f} ms (target <= {OVERHEAD_TARGET_MS} ms)"),
     ]  # fmt: skip
-    section.checks = _checks(results)
+    section.checks = checks(results)
     section.tables = [
         Table("Dynamic batching vs none (c=16)", BATCHING_COLUMNS, batching_rows(results)),
         Table("Batcher overhead at c=1 (p50, in-process)", ["path", "p50 ms", "over direct ms"],

@@ -6,7 +6,15 @@ import dataclasses
 
 import numpy as np
 import pytest
-from inference_pipeline.gates import GATES, Evaluation, GateSet, GateThresholds, apply_gates
+from inference_pipeline.gates import (
+    GATES,
+    INT8_GATES,
+    Evaluation,
+    GateCheck,
+    GateSet,
+    GateThresholds,
+    apply_gates,
+)
 from inference_pipeline_harness import scenarios
 
 
@@ -44,7 +52,7 @@ def test_model_ignoring_the_attention_mask_fails_the_padding_gate(art):
     assert failed["alone_vs_batch_max_abs_diff"] > 1e-4
     assert failed["max_abs_logit_diff_vs_torch"] > 1e-4
     # and as a reduced-precision variant it fails the alone-vs-batch cosine gate too
-    reduced = _failed(scenarios.gate_onnx(path, "int8"))
+    reduced = _failed(scenarios.gate_onnx(path, "int8_dynamic"))
     assert reduced["alone_vs_batch_min_cosine"] < GATES.reduced_alone_vs_batch_min_cosine
 
 
@@ -72,7 +80,7 @@ def test_reduced_precision_gates_compute_agreement_drop_and_cosine():
     flipped[3] = np.eye(5, dtype=np.float32)[0] * 5  # one of four texts changes class
     rotated = embedding.copy()
     rotated[2] = -embedding[2]  # one embedding points the other way: cosine -1
-    report = apply_gates("x", "int8", _evaluation(flipped, rotated), reference, gate_set)
+    report = apply_gates("x", INT8_GATES, _evaluation(flipped, rotated), reference, gate_set)
     values = {r.name: r.value for r in report.results}
     assert values["argmax_agreement_vs_fp32"] == 0.75
     assert values["accuracy_drop_points"] == pytest.approx(25.0)
@@ -82,7 +90,7 @@ def test_reduced_precision_gates_compute_agreement_drop_and_cosine():
         "accuracy_drop_points",
         "min_embedding_cosine_vs_fp32",
     }
-    same = apply_gates("y", "int8", reference, reference, gate_set)
+    same = apply_gates("y", INT8_GATES, reference, reference, gate_set)
     assert same.passed
-    with pytest.raises(ValueError, match="precision"):
-        apply_gates("z", "int4", reference, reference, gate_set)
+    with pytest.raises(ValueError, match="unknown gate measure"):
+        apply_gates("z", (GateCheck("int4_magic", 1.0, "<="),), reference, reference, gate_set)

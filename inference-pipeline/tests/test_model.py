@@ -8,7 +8,13 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from inference_pipeline.model import QUICK_SETTINGS, TopicClassifier, TrainSettings, load_or_train
+from inference_pipeline.model import (
+    PIPELINE_TRAINING,
+    QUICK_SETTINGS,
+    FineTuneConfig,
+    TopicClassifier,
+    load_or_train,
+)
 from inference_pipeline.tokenization import MAX_SEQUENCE_LENGTH, TextTokenizer
 from inference_pipeline_harness.scenarios import quick_artifacts
 
@@ -19,9 +25,9 @@ def art():
 
 
 def test_settings_key_changes_with_every_setting():
-    base = TrainSettings()
-    assert base.key() == TrainSettings().key()
-    for field in dataclasses.fields(TrainSettings):
+    base = PIPELINE_TRAINING
+    assert base.key() == FineTuneConfig(**dataclasses.asdict(base)).key()
+    for field in dataclasses.fields(FineTuneConfig):
         value = getattr(base, field.name)
         changed = dataclasses.replace(base, **{field.name: value * 2 if value else 1})
         assert changed.key() != base.key(), field.name

@@ -54,7 +54,9 @@ def test_dynamic_int8_quantizes_every_weight_matmul(art, dynamic):
 
 
 def test_per_channel_keeps_the_embedding_closer_than_per_tensor(dynamic):
-    per_channel, per_tensor = (_values(gate_onnx(dynamic[k], "int8")) for k in (True, False))
+    per_channel, per_tensor = (
+        _values(gate_onnx(dynamic[k], "int8_dynamic")) for k in (True, False)
+    )
     assert per_channel["non_finite_values"] == 0
     assert per_channel["min_embedding_cosine_vs_fp32"] >= 0.98  # the INT8 gate's limit
     assert per_channel["min_embedding_cosine_vs_fp32"] > per_tensor["min_embedding_cosine_vs_fp32"]
@@ -68,8 +70,9 @@ def test_static_qdq_is_calibrated_on_training_texts(art):
     reader = quantize.TextCalibrationReader(art.tokenizer, texts, batch_size=2)
     batches = [reader.get_next() for _ in range(3)]
     assert batches[2] is None and batches[0]["input_ids"].shape[0] == 2
-    path = quantize.quantize_int8_static(
-        art.exports["torchscript"], art.folder / "static.onnx", art.tokenizer, texts
+    row = quantize.recipe("int8_static")  # the build's recipe row, through its method
+    path = quantize.METHODS[row.method](
+        row, art.exports["torchscript"], art.folder / "static.onnx", art.tokenizer, texts
     )
     # Every weight MatMul reads dequantized INT8 inputs, except the 6 feed-forward output
     # projections, which stay FP32 (their GELU-output range ruins a MinMax scale).
@@ -85,7 +88,7 @@ def test_static_qdq_is_calibrated_on_training_texts(art):
     kept = quantize.ffn_output_matmuls(art.exports["torchscript"])
     assert len(kept) == 6 and not set(kept) & set(quantized)
     assert len(quantized) == 36 - 6
-    values = _values(gate_onnx(path, "int8"))
+    values = _values(gate_onnx(path, "int8_static"))
     assert values["non_finite_values"] == 0 and values["min_embedding_cosine_vs_fp32"] > 0.5
     with pytest.raises(ValueError, match="calibration text"):
         quantize.quantize_int8_static(path, art.folder / "x.onnx", art.tokenizer, [])
@@ -99,3 +102,34 @@ def test_fp16_keeps_fp32_io_and_passes_its_gates(art):
     assert types[onnx.TensorProto.FLOAT16] > 0 and types[onnx.TensorProto.FLOAT] == 0
     report = gate_onnx(path, "fp16")
     assert report.passed, [r.describe() for r in report.failed]
+
+
+def test_recipe_table_is_consistent():
+    from inference_pipeline.export import ROUTES
+    from inference_pipeline.gates import MEASURES
+
+    seen: set[str] = set()
+    for row in quantize.RECIPES:
+        assert row.route in ROUTES
+        assert row.method in ("export", "fuse") or row.method in quantize.METHODS
+        assert (row.source is None) == (row.method == "export")
+        assert row.source is None or row.source in seen, f"{row.name}: source listed later"
+        assert row.keep_fp32 is None or row.keep_fp32 in quantize.KEEP_FP32
+        assert row.gates and all(check.measure in MEASURES for check in row.gates)
+        seen.add(row.name)
+    fallbacks = {row.fallback for row in quantize.RECIPES if row.fallback}
+    assert fallbacks <= seen
+    assert {row.name for row in quantize.primary_recipes()} == seen - fallbacks
+    # a fallback builds into the folder of the recipe it replaces
+    replaced = quantize.recipe("int8_dynamic")
+    assert quantize.recipe(replaced.fallback).variant_suffix == replaced.variant_suffix
+    with pytest.raises(KeyError, match="no recipe"):
+        quantize.recipe("int4")
+
+
+def test_bench_colours_follow_the_table_and_accept_a_new_precision():
+    from inference_pipeline_harness.bench import precision_colour
+
+    colours = [precision_colour(p) for p in ("torch", *quantize.precision_order())]
+    assert len(set(colours)) == len(colours)
+    assert precision_colour("bf16") not in colours  # not in the table: the next colour

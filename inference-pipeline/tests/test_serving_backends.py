@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import tritonclient.http as triton
 from inference_pipeline.__main__ import main
-from inference_pipeline.serving.config import BatchingSettings, ConfigError, parse_model_config
+from inference_pipeline.repository import RepositoryError, read_config
+from inference_pipeline.serving.backends import backend_spec
+from inference_pipeline.serving.config import BatchingSettings, serving_config
 from inference_pipeline.serving.models import TensorModel, load_repository
 from inference_pipeline_harness.serving_fixtures import TINY_MODEL, threaded_server, tiny_repository
 
@@ -59,7 +61,9 @@ def test_litert_model_served_with_batching_and_two_instances(litert_repository):
             pending.append(client.async_infer("affine_litert", [tensor]))
         answers = [p.get_result().as_numpy("Identity") for p in pending]
         client.close()
-        executions = server.metrics.exec_count.labels("affine_litert")._value.get()
+        stats = server.entries["affine_litert"].statistics.snapshot()
+    executions = stats["execution_count"]
+    assert stats["inference_count"] == sum(len(x) for x in requests)
     for x, y in zip(requests, answers, strict=True):
         np.testing.assert_allclose(y, x @ WEIGHTS + 1.0, rtol=1e-5, atol=1e-5)
     assert executions < len(requests)  # the five requests shared batches
@@ -75,7 +79,8 @@ def test_litert_backend_resizes_between_batch_shapes(litert_repository):
 
 
 def test_config_pbtxt_is_read_with_triton_schema():
-    config = parse_model_config(tiny_repository() / TINY_MODEL / "config.pbtxt")
+    path = tiny_repository() / TINY_MODEL / "config.pbtxt"
+    config = serving_config(read_config(path), path)
     assert config.platform == "onnxruntime_onnx"
     assert [spec.name for spec in config.inputs] == ["input_ids", "attention_mask"]
     batching = config.batching
@@ -98,7 +103,7 @@ def test_command_line_overrides_and_their_checks():
         {"priority_levels": 1, "default_priority_level": 2},
     ]
     for bad in bad_overrides:
-        with pytest.raises(ConfigError):
+        with pytest.raises(RepositoryError):
             base.with_overrides(**bad)
     assert dataclasses.asdict(base) == dataclasses.asdict(base.with_overrides())
 
@@ -109,8 +114,18 @@ def test_bad_config_is_named(tmp_path):
     (folder / "config.pbtxt").write_text(
         'name: "broken"\nplatform: "onnxruntime_onnx"\nmax_batch: 3\n'
     )
-    with pytest.raises(ConfigError, match="broken/config.pbtxt: not a valid Triton model config"):
-        parse_model_config(folder / "config.pbtxt")
+    with pytest.raises(RepositoryError, match="broken/config.pbtxt: not a valid Triton model conf"):
+        read_config(folder / "config.pbtxt")
+
+
+def test_backend_registry_names_every_platform_and_refuses_an_unknown_one(tmp_path):
+    assert backend_spec("onnxruntime").platform == "onnxruntime_onnx"
+    assert backend_spec("tflite").platform == "litert"
+    assert backend_spec("onnxruntime_onnx").model_file == "model.onnx"
+    path = tmp_path / "config.pbtxt"
+    path.write_text('name: "x"\nbackend: "tensorrt_llm"\nmax_batch_size: 4\n')
+    with pytest.raises(RepositoryError, match="'tensorrt_llm' is not served here"):
+        serving_config(read_config(path), path)
 
 
 @pytest.mark.parametrize(
@@ -136,5 +151,5 @@ def test_mismatched_config_and_model_are_refused(tmp_path):
         (folder / name).write_bytes((source / name).read_bytes())
     text = (source / "config.pbtxt").read_text().replace('"attention_mask"', '"token_type_ids"')
     (folder / "config.pbtxt").write_text(text)
-    with pytest.raises(ConfigError, match="do not match"):
+    with pytest.raises(RepositoryError, match="do not match"):
         load_repository(tmp_path)

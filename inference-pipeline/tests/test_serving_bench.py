@@ -43,6 +43,6 @@ def test_toy_bench_measures_and_builds_its_report(tmp_path):
     assert "vs unbatched" in lines[0]
     for name in ("results.json", "tables.md", "batching.png", "sweep.png"):
         assert (tmp_path / name).stat().st_size > 0
-    checks = serving_report._checks(results)
+    checks = serving_report.checks(results)
     assert [c.benchmark for c in checks] == [True, True, True, False]
     assert checks[-1].passed  # no request failed

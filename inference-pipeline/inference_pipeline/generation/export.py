@@ -18,7 +18,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import onnx
 import torch
 from torch.export import Dim
@@ -109,11 +108,11 @@ def export_onnx(model: GPT, onnx_path: Path, program_path: Path | None = None) -
 
 
 def quantize_int8(fp32_path: Path, int8_path: Path) -> Path:
-    """Dynamic INT8: MatMul/Gemm weights stored as int8, activations quantized per call."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    """Dynamic INT8 (the classifier's quantizer): every op type ONNX Runtime quantizes
+    (MatMul/Gemm weights stored as int8), per-tensor scales, activations quantized per call."""
+    from inference_pipeline.quantize import quantize_int8_dynamic
 
-    quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8)
-    return int8_path
+    return quantize_int8_dynamic(fp32_path, int8_path, per_channel=False, op_types=None)
 
 
 @dataclass(frozen=True)
@@ -137,7 +136,3 @@ def onnx_dims(path: Path) -> dict[str, list[str | int]]:
         v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
         for v in list(proto.graph.input) + list(proto.graph.output)
     }
-
-
-def as_numpy_inputs(config: GPTConfig, tensors) -> dict[str, np.ndarray]:
-    return {name: np.asarray(t) for name, t in zip(input_names(config), tensors, strict=True)}

@@ -52,14 +52,9 @@ class OrtStep:
     """ONNX Runtime on CPU, one session (prefill and decode share the graph)."""
 
     def __init__(self, onnx_path: Path, config: GPTConfig, threads: int = 2) -> None:
-        import onnxruntime as ort
+        from inference_pipeline.runtime import make_session
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(
-            str(onnx_path), options, providers=["CPUExecutionProvider"]
-        )
+        self.session = make_session(onnx_path, threads)
         self.config = config
         self.names = input_names(config)
 

@@ -24,7 +24,7 @@ from tritonclient.grpc import model_config_pb2
 from inference_pipeline.generation.engine import ContinuousBatchingEngine
 from inference_pipeline.generation.model import GPTConfig
 from inference_pipeline.generation.routes import GenerationService
-from inference_pipeline.serving.config import GENERATION_BACKEND
+from inference_pipeline.repository import GENERATION_BACKEND, RepositoryError, read_config
 
 DEFAULT_MAX_BATCH = 16
 DEFAULT_MAX_QUEUE = 64
@@ -74,14 +74,13 @@ def load_generation_service(
 
     folder = Path(folder)
     path = folder / "config.pbtxt"
-    proto = model_config_pb2.ModelConfig()
     try:
-        text_format.Parse(path.read_text(), proto)
+        proto = read_config(path)
         params = {key: value.string_value for key, value in proto.parameters.items()}
         config = GPTConfig(**json.loads(params["gpt_config"]))
         block_size = int(params.get("block_size", "16"))
         prefill_chunk = int(params.get("prefill_chunk", "64"))
-    except (OSError, text_format.ParseError, KeyError, TypeError, ValueError) as exc:
+    except (RepositoryError, KeyError, TypeError, ValueError) as exc:
         raise GenerationFolderError(f"{path}: not a generation model config ({exc})") from None
     versions = [p for p in folder.iterdir() if p.name.isdigit() and (p / "model.onnx").is_file()]
     if not versions:

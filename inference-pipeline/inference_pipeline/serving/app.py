@@ -1,9 +1,16 @@
-"""The v2 HTTP server: FastAPI routes over the dynamic batchers of a model repository.
+"""The one v2 front end: FastAPI routes over the dynamic batchers of a model repository.
 
-Routes (KServe / Open Inference Protocol v2, plus Triton's config route and /metrics):
-``GET /v2``, ``/v2/health/live``, ``/v2/health/ready``, ``/v2/models/{name}``,
-``/v2/models/{name}/ready``, ``/v2/models/{name}/config``, ``POST /v2/models/{name}/infer``
-(each model route also under ``/versions/{version}``) and ``GET /metrics``; with generation
+Both ways of serving use it: ``serve`` runs ``InferenceServer.app`` on uvicorn
+(``serving.runner``), ``serve --ray`` runs the same app in every Ray Serve replica
+(``serving.ray_deployment``), so decoding, validation, routing, JSON/binary encoding with
+their content types, the error -> status mapping, the request-size limit, the versions
+routes, the extensions list and the statistics live here once.
+
+Routes (KServe / Open Inference Protocol v2, plus Triton's config route, its statistics
+extension and /metrics): ``GET /v2``, ``/v2/health/live``, ``/v2/health/ready``,
+``/v2/models/{name}``, ``/v2/models/{name}/ready``, ``/v2/models/{name}/config``,
+``/v2/models/{name}/stats``, ``POST /v2/models/{name}/infer`` (each model route also under
+``/versions/{version}``), ``GET /v2/models/stats`` and ``GET /metrics``; with generation
 models (GenerationService), also ``POST /v2/models/{gpt}/generate`` and ``generate_stream``
 (see inference_pipeline.generation.routes), whose metrics join ``/metrics``.
 Every error is ``{"error": "<one line>"}`` with its status: 400 malformed, 404 unknown model,
@@ -22,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inference_pipeline.serving.batcher import (
@@ -40,12 +47,18 @@ from inference_pipeline.serving.protocol import (
     encode_infer_response,
     parse_infer_request,
 )
+from inference_pipeline.serving.statistics import (
+    ModelStatistics,
+    counter_families,
+    triton_json,
+)
 
 if TYPE_CHECKING:  # generation pulls in torch; imported only when a GPT is served
     from inference_pipeline.generation.routes import GenerationService
 
 log = logging.getLogger("inference_pipeline.serving")
 SERVER_NAME = "inference_pipeline"
+EXTENSIONS = ["binary_tensor_data", "statistics"]
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 BATCHER_ERRORS = {
     QueueFullError: (503, "rejected"),
@@ -71,6 +84,33 @@ class ServedEntry:
     model: ServedModel
     batcher: DynamicBatcher
     output_types: dict[str, str]
+    statistics: ModelStatistics
+
+
+def counted_run(model: ServedModel, statistics: ModelStatistics):
+    """``model.run_batch`` that records each successful execution (rows, compute phases)."""
+
+    def run(instance: int, batch: list) -> list[dict]:
+        results = model.run_batch(instance, batch)
+        rows = sum(len(next(iter(result.values()))) for result in results)
+        statistics.batch_done(rows, model.phases[instance])
+        return results
+
+    return run
+
+
+class StatisticsView:
+    """Where the statistics routes and /metrics read the counters: this process's own.
+    (The Ray deployment's view sums every replica's.)"""
+
+    async def start(self, server: InferenceServer) -> None:
+        """Called when the server starts (on its event loop)."""
+
+    async def stop(self) -> None:
+        """Called when the server has drained."""
+
+    async def gather(self, local: list[dict]) -> list[dict]:
+        return local
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -104,17 +144,21 @@ class InferenceServer:
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         generation: Sequence[GenerationService] = (),
         drain_timeout_s: float = 60.0,
+        statistics_view: StatisticsView | None = None,
     ):
         self.metrics = ServerMetrics()
+        self.statistics_view = statistics_view or StatisticsView()
+        self.unknown_requests: dict[str, int] = {}  # requests for no such model, by status
         self.drain_timeout_s = drain_timeout_s
         self.max_request_bytes = max_request_bytes
         self.entries: dict[str, ServedEntry] = {}
         for model in models:
-            batcher = DynamicBatcher(
-                model.batching, model.run_batch, self.metrics.observer(model.name), model.name
-            )
+            statistics = ModelStatistics(model.name, model.version)
+            run = counted_run(model, statistics)
+            observer = self.metrics.observer(model.name, statistics)
+            batcher = DynamicBatcher(model.batching, run, observer, model.name)
             types = {spec.name: spec.datatype for spec in model.outputs}
-            self.entries[model.name] = ServedEntry(model, batcher, types)
+            self.entries[model.name] = ServedEntry(model, batcher, types, statistics)
         self.ready = False
         self.loop: asyncio.AbstractEventLoop | None = None
         # other routers mounted on ``app`` (e.g. generation's) expose their metrics here too
@@ -148,6 +192,7 @@ class InferenceServer:
             await entry.batcher.start()
         for service in self.generation.values():
             service.start()
+        await self.statistics_view.start(self)
         self.ready = True
         log.info(
             "models ready",
@@ -161,6 +206,7 @@ class InferenceServer:
                 await entry.batcher.close()  # finishes every accepted request
             for service in self.generation.values():  # finishes every accepted stream
                 await asyncio.to_thread(service.stop, self.drain_timeout_s)
+            await self.statistics_view.stop()
             log.info("batchers drained", extra={"models": list(self.entries)})
 
     def _entry(self, name: str, version: str | None = None) -> ServedEntry:
@@ -190,9 +236,14 @@ class InferenceServer:
             status, label = 500, "error"
             response = error(500, f"inference failed: {exc}")
         finally:
-            model_label = name if name in self.entries else "_unknown"
-            self.metrics.requests.labels(model_label, label).inc()
-            self.metrics.request_time.labels(model_label).observe(time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            entry = self.entries.get(name)
+            if entry is not None:
+                entry.statistics.request_done(label, seconds)
+            else:
+                self.unknown_requests[label] = self.unknown_requests.get(label, 0) + 1
+            model_label = name if entry is not None else "_unknown"
+            self.metrics.request_time.labels(model_label).observe(seconds)
             if status >= 400 and status != 499:
                 log.warning("request refused", extra={"model": name, "status": status})
         return response
@@ -244,7 +295,7 @@ class InferenceServer:
 
         @app.get("/v2")
         async def server_metadata() -> dict:
-            return {"name": SERVER_NAME, "version": "1", "extensions": ["binary_tensor_data"]}
+            return {"name": SERVER_NAME, "version": "1", "extensions": EXTENSIONS}
 
         @app.get("/v2/health/live")
         async def live() -> dict:
@@ -256,16 +307,34 @@ class InferenceServer:
                 return error(503, "not ready")
             return JSONResponse({"ready": True})
 
+        @app.get("/v2/models/stats")  # before /v2/models/{name}: "stats" is no model name
+        async def all_statistics() -> dict:
+            return triton_json(await self.statistics())
+
         for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
             self._add_model_routes(app, prefix)
 
         @app.get("/metrics")
         async def metrics() -> Response:
-            registries = [self.metrics.registry, *self.extra_registries]
+            counters = CollectorRegistry()
+            counters.register(_Families(counter_families(await self.statistics(), self.unknown)))
+            registries = [counters, self.metrics.registry, *self.extra_registries]
             body = b"".join(generate_latest(registry) for registry in registries)
             return Response(body, media_type=CONTENT_TYPE_LATEST)
 
         return app
+
+    @property
+    def unknown(self) -> dict[str, int]:
+        return dict(self.unknown_requests)
+
+    async def statistics(self, name: str | None = None, version: str | None = None) -> list:
+        """Every model's statistics snapshot (or model ``name``'s), as the view sums them."""
+        if name is not None:
+            self._entry(name, version)  # 404 for an unknown model or version
+        local = [entry.statistics.snapshot() for entry in self.entries.values()]
+        snapshots = await self.statistics_view.gather(local)
+        return [s for s in snapshots if name is None or s["name"] == name]
 
     def _add_model_routes(self, app: FastAPI, prefix: str) -> None:
         async def metadata(name: str, version: str | None = None) -> dict:
@@ -295,7 +364,21 @@ class InferenceServer:
         async def infer(request: Request, name: str, version: str | None = None) -> Response:
             return await self.infer(request, name, version)
 
+        async def statistics(name: str, version: str | None = None) -> dict:
+            return triton_json(await self.statistics(name, version))
+
         app.add_api_route(prefix, metadata, methods=["GET"])
         app.add_api_route(prefix + "/ready", model_ready, methods=["GET"])
         app.add_api_route(prefix + "/config", config, methods=["GET"])
         app.add_api_route(prefix + "/infer", infer, methods=["POST"])
+        app.add_api_route(prefix + "/stats", statistics, methods=["GET"])
+
+
+class _Families:
+    """A Prometheus collector that yields metric families made elsewhere."""
+
+    def __init__(self, families: list) -> None:
+        self.families = families
+
+    def collect(self):
+        return iter(self.families)

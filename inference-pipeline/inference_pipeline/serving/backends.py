@@ -1,13 +1,20 @@
-"""Model execution backends behind one interface: ONNX Runtime and LiteRT.
+"""Model execution backends behind one interface, and the registry that names them.
 
 A backend runs one batch: named NumPy arrays in, named NumPy arrays out. The server makes
 one backend object per model instance and never calls one object from two threads at once,
 so backends need not be thread-safe (LiteRT's interpreter is not).
+
+:data:`BACKENDS` maps a ``config.pbtxt`` ``platform``/``backend`` name to its class, the
+model file a version folder holds and the keyword options the class is built with. Adding
+a backend is one class here and one entry there; the config reader, the model loader and
+the repository checks all look names up in this table.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -33,23 +40,14 @@ def default_threads(instances: int) -> int:
 
 
 class OnnxRuntimeBackend:
-    """An ``onnxruntime.InferenceSession`` on the CPU (sessions release the GIL in ``run``)."""
+    """An ``onnxruntime.InferenceSession`` on the CPU (sessions release the GIL in ``run``),
+    made by the one session factory, ``inference_pipeline.runtime.make_session``."""
 
-    def __init__(self, path: Path, threads: int = 1) -> None:
-        import onnxruntime as ort
+    def __init__(self, path: Path, threads: int = 1, spinning: bool = False) -> None:
+        from inference_pipeline.runtime import make_session
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        # ORT's idle intra-op threads spin by default, taking the CPU the event loop needs to
-        # parse the next requests while a batch is assembled; on this 2-core machine turning
-        # it off raised the served throughput 2-3x at concurrency 16 (batched and not)
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            self.session = ort.InferenceSession(
-                str(path), options, providers=["CPUExecutionProvider"]
-            )
+            self.session = make_session(path, threads, spinning=spinning)
         except Exception as exc:  # ORT raises several types for a bad file
             raise BackendError(f"{path}: ONNX Runtime cannot load it ({exc})") from None
         self.input_names = tuple(i.name for i in self.session.get_inputs())
@@ -96,10 +94,41 @@ class LiteRTBackend:
         return {name: interpreter.get_tensor(d["index"]) for name, d in self._outputs.items()}
 
 
+@dataclass(frozen=True)
+class BackendSpec:
+    """One registered backend: ``names`` are the ``platform``/``backend`` spellings a
+    config.pbtxt may use (the first is the canonical one), ``model_file`` is what a version
+    folder holds, ``options`` are extra keyword arguments of ``backend_class``."""
+
+    names: tuple[str, ...]
+    backend_class: type
+    model_file: str
+    options: Mapping[str, object] = field(default_factory=dict)
+    model_format: str = "onnx"  # "onnx": the repository checks the graph against the config
+
+    @property
+    def platform(self) -> str:
+        return self.names[0]
+
+
+# The session options of a served ORT model: spinning off (runtime.SPIN_IN_SERVER).
+BACKENDS: tuple[BackendSpec, ...] = (
+    BackendSpec(("onnxruntime_onnx", "onnxruntime"), OnnxRuntimeBackend, "model.onnx",
+                {"spinning": False}),
+    BackendSpec(("litert", "tflite"), LiteRTBackend, "model.tflite", model_format="tflite"),
+)  # fmt: skip
+
+
+def backend_spec(name: str) -> BackendSpec:
+    """The registered backend a ``platform``/``backend`` name means (BackendError if none)."""
+    for spec in BACKENDS:
+        if name in spec.names:
+            return spec
+    known = sorted(n for spec in BACKENDS for n in spec.names)
+    raise BackendError(f"platform/backend {name!r} is not served here (known: {known})")
+
+
 def make_backend(platform: str, path: Path, threads: int) -> Backend:
-    """The backend for a config's platform ("onnxruntime_onnx" or "litert")."""
-    if platform == "onnxruntime_onnx":
-        return OnnxRuntimeBackend(path, threads)
-    if platform == "litert":
-        return LiteRTBackend(path, threads)
-    raise BackendError(f"no backend for platform {platform!r}")
+    """One instance of the backend registered for ``platform``."""
+    spec = backend_spec(platform)
+    return spec.backend_class(path, threads, **spec.options)

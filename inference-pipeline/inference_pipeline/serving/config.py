@@ -1,7 +1,8 @@
-"""Serving settings: read from a model's Triton ``config.pbtxt``, overridable on the command line.
+"""Serving settings: taken from a model's Triton ``config.pbtxt``, overridable on the command line.
 
-The file is parsed with Triton's own schema (``tritonclient``'s ``model_config_pb2`` and
-protobuf's ``text_format``), so a config that Triton would refuse is refused here too.
+The file is read by the one reader, ``repository.read_config`` (Triton's own schema, so a
+config that Triton would refuse is refused here too); this module turns the parsed message
+into what the server needs, and every problem is a ``RepositoryError`` naming the file.
 Length-aware batching has no field in Triton's schema; it is read from ``parameters``
 (``length_aware_batching``: "true"/"false", ``length_bucket_ratio``: e.g. "2.0").
 """
@@ -12,8 +13,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
+
+from inference_pipeline.repository import RepositoryError
+from inference_pipeline.serving.backends import BackendError, backend_spec
 
 # Triton's data types as the v2 protocol spells them.
 TRITON_TO_V2_DATATYPE = {
@@ -31,23 +34,6 @@ TRITON_TO_V2_DATATYPE = {
     "TYPE_FP64": "FP64",
     "TYPE_STRING": "BYTES",
 }
-
-
-GENERATION_BACKEND = "generation"  # a GPT folder: generation routes, not the v2 batcher
-
-
-def is_generation_folder(folder: Path) -> bool:
-    """True when ``folder/config.pbtxt`` declares ``backend: "generation"``."""
-    proto = model_config_pb2.ModelConfig()
-    try:
-        text_format.Parse((Path(folder) / "config.pbtxt").read_text(), proto)
-    except (OSError, text_format.ParseError):
-        return False  # the classifier loader reports a broken file
-    return proto.backend == GENERATION_BACKEND
-
-
-class ConfigError(ValueError):
-    """A model folder or its config.pbtxt that cannot be served; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -77,25 +63,27 @@ class BatchingSettings:
 
     def validate(self) -> None:
         if self.max_batch_size < 1:
-            raise ConfigError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+            raise RepositoryError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
         bad = [p for p in self.preferred_batch_sizes if not 1 <= p <= self.max_batch_size]
         if bad:
-            raise ConfigError(
+            raise RepositoryError(
                 f"preferred_batch_size {bad} outside 1..max_batch_size ({self.max_batch_size})"
             )
         if self.max_queue_delay_us < 0 or self.max_queue_size < 0 or self.default_timeout_us < 0:
-            raise ConfigError("queue delay, queue size and timeout must be >= 0")
+            raise RepositoryError("queue delay, queue size and timeout must be >= 0")
         if self.priority_levels < 1 or not 1 <= self.default_priority_level <= max(
             self.priority_levels, 1
         ):
-            raise ConfigError(
+            raise RepositoryError(
                 f"default_priority_level {self.default_priority_level} outside "
                 f"1..priority_levels ({self.priority_levels})"
             )
         if self.length_bucket_ratio < 1.0:
-            raise ConfigError(f"length_bucket_ratio must be >= 1, got {self.length_bucket_ratio}")
+            raise RepositoryError(
+                f"length_bucket_ratio must be >= 1, got {self.length_bucket_ratio}"
+            )
         if self.instance_count < 1:
-            raise ConfigError(f"instance_group count must be >= 1, got {self.instance_count}")
+            raise RepositoryError(f"instance_group count must be >= 1, got {self.instance_count}")
 
     def with_overrides(self, **overrides: object) -> BatchingSettings:
         """Return a copy with every non-None override applied (command-line flags)."""
@@ -117,7 +105,7 @@ class ModelConfig:
     """What the server needs from one model folder's config.pbtxt."""
 
     name: str
-    platform: str  # "onnxruntime_onnx" or "litert"
+    platform: str  # a canonical name of serving.backends.BACKENDS
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     batching: BatchingSettings
@@ -129,7 +117,7 @@ def _tensor_specs(entries: object, path: Path, kind: str) -> tuple[TensorSpec, .
     for entry in entries:
         type_name = model_config_pb2.DataType.Name(entry.data_type)
         if type_name not in TRITON_TO_V2_DATATYPE:
-            raise ConfigError(f"{path}: {kind} {entry.name!r} has unsupported type {type_name}")
+            raise RepositoryError(f"{path}: {kind} {entry.name!r} has unsupported type {type_name}")
         specs.append(TensorSpec(entry.name, TRITON_TO_V2_DATATYPE[type_name], tuple(entry.dims)))
     return tuple(specs)
 
@@ -160,31 +148,21 @@ def _batching_from_proto(
     return settings
 
 
-def parse_model_config(path: Path) -> ModelConfig:
-    """Parse ``path`` (a config.pbtxt) with Triton's schema; ConfigError names what is wrong."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    proto = model_config_pb2.ModelConfig()
-    try:
-        text_format.Parse(text, proto)
-    except text_format.ParseError as exc:
-        raise ConfigError(f"{path}: not a valid Triton model config ({exc})") from None
+def serving_config(proto: model_config_pb2.ModelConfig, path: Path) -> ModelConfig:
+    """The server's view of a parsed config.pbtxt (``path`` names it in errors)."""
     params = {key: value.string_value for key, value in proto.parameters.items()}
-    platform = proto.platform or proto.backend
-    if platform in ("onnxruntime", "onnxruntime_onnx"):
-        platform = "onnxruntime_onnx"
-    if platform not in ("onnxruntime_onnx", "litert", "tflite"):
-        raise ConfigError(f"{path}: platform/backend {platform!r} is not served here")
+    try:
+        platform = backend_spec(proto.platform or proto.backend).platform
+    except BackendError as exc:
+        raise RepositoryError(f"{path}: {exc}") from None
     try:
         batching = _batching_from_proto(proto, params)
         batching.validate()
-    except (ConfigError, ValueError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    except (RepositoryError, ValueError) as exc:
+        raise RepositoryError(f"{path}: {exc}") from None
     return ModelConfig(
         name=proto.name or path.parent.name,
-        platform="litert" if platform in ("litert", "tflite") else platform,
+        platform=platform,
         inputs=_tensor_specs(proto.input, path, "input"),
         outputs=_tensor_specs(proto.output, path, "output"),
         batching=batching,

@@ -1,8 +1,11 @@
 """Prometheus metrics (Triton's vocabulary) and structured JSON logs.
 
 ``inference_count`` counts rows, ``inference_exec_count`` counts model executions, so
-``inference_count / inference_exec_count`` is the average batch size. Each server gets its
-own registry, so several servers (tests) can live in one process.
+``inference_count / inference_exec_count`` is the average batch size. Those two and
+``inference_requests`` are rendered from the statistics extension's counters
+(``serving.statistics``), so ``/metrics`` and ``/v2/models/stats`` agree by construction; the
+histograms and the queue gauge live here. Each server gets its own registry, so several
+servers (tests) can live in one process.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import sys
 import time
 from collections.abc import Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+
+from inference_pipeline.serving.statistics import ModelStatistics
 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
@@ -22,20 +27,11 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
 class ServerMetrics:
-    """Every metric of one server, in its own registry."""
+    """The histograms and gauges of one server, in its own registry."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter(
-            "inference_requests", "Infer requests by outcome", ["model", "status"], registry=r
-        )
-        self.inference_count = Counter(
-            "inference_count", "Rows (batch items) inferred", ["model"], registry=r
-        )
-        self.exec_count = Counter(
-            "inference_exec_count", "Model executions (batches)", ["model"], registry=r
-        )
         self.queue_time = Histogram(
             "inference_queue_seconds", "Time a request waited in the batcher's queue",
             ["model"], buckets=LATENCY_BUCKETS, registry=r,
@@ -57,31 +53,29 @@ class ServerMetrics:
             registry=r,
         )  # fmt: skip
 
-    def observer(self, model: str) -> ModelObserver:
-        return ModelObserver(self, model)
+    def observer(self, model: str, statistics: ModelStatistics) -> ModelObserver:
+        return ModelObserver(self, model, statistics)
 
 
 class ModelObserver:
     """The batcher's view of the metrics for one model (implements ``BatchObserver``)."""
 
-    def __init__(self, metrics: ServerMetrics, model: str) -> None:
+    def __init__(self, metrics: ServerMetrics, model: str, statistics: ModelStatistics) -> None:
         self._queue = metrics.queue_size.labels(model)
-        self._rows = metrics.inference_count.labels(model)
-        self._execs = metrics.exec_count.labels(model)
         self._batch = metrics.batch_size.labels(model)
         self._compute = metrics.compute_time.labels(model)
         self._queue_time = metrics.queue_time.labels(model)
+        self._statistics = statistics
 
     def queue_size(self, requests: int) -> None:
         self._queue.set(requests)
 
     def batch_done(self, rows: int, compute_s: float, queue_s: Sequence[float]) -> None:
-        self._rows.inc(rows)
-        self._execs.inc()
         self._batch.observe(rows)
         self._compute.observe(compute_s)
         for seconds in queue_s:
             self._queue_time.observe(seconds)
+        self._statistics.queued(queue_s)
 
 
 class JsonFormatter(logging.Formatter):

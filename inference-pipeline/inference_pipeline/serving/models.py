@@ -7,26 +7,39 @@ Two kinds behind one interface:
 - ``TensorModel``: the config's tensors as they are (for example lab 03's TFLite model);
   requests share a batch only when their non-batch shapes match.
 Both split a batch into per-request ``prepare`` (on the event loop) and ``run_batch`` (in a
-worker thread, on one model instance).
+worker thread, on one model instance); ``phases[instance]`` holds the last batch's input
+assembly / model run / output split times (the statistics extension's compute_* figures).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from inference_pipeline.serving.backends import Backend, default_threads, make_backend
+from inference_pipeline.repository import (
+    CONFIG_FILE,
+    RepositoryError,
+    is_generation_folder,
+    load_model_folder,
+    read_config,
+)
+from inference_pipeline.serving.backends import (
+    Backend,
+    backend_spec,
+    default_threads,
+    make_backend,
+)
 from inference_pipeline.serving.config import (
     BatchingSettings,
-    ConfigError,
     ModelConfig,
     TensorSpec,
-    is_generation_folder,
-    parse_model_config,
+    serving_config,
 )
+from inference_pipeline.serving.statistics import Phases
 
 V2_TO_NUMPY = {
     "BOOL": np.bool_,
@@ -43,7 +56,6 @@ V2_TO_NUMPY = {
     "FP64": np.float64,
     "BYTES": np.object_,
 }
-MODEL_FILES = {"onnxruntime_onnx": "model.onnx", "litert": "model.tflite"}
 TEXT_INPUT = "TEXT"
 LABEL_OUTPUT = "label"
 
@@ -67,6 +79,7 @@ class ServedModel:
     batching: BatchingSettings
     inputs: tuple[TensorSpec, ...]  # as clients see them (batch dim excluded)
     outputs: tuple[TensorSpec, ...]
+    phases: list[Phases]  # per instance: the last batch's compute phases
 
     def prepare(self, inputs: dict[str, np.ndarray]) -> Prepared:
         raise NotImplementedError
@@ -116,6 +129,7 @@ class TextClassifierModel(ServedModel):
         self._dtypes = {spec.name: V2_TO_NUMPY[spec.datatype] for spec in config.inputs}
         self.inputs = (TensorSpec(TEXT_INPUT, "BYTES", ()),)
         self.outputs = (*config.outputs, TensorSpec(LABEL_OUTPUT, "BYTES", ()))
+        self.phases = [Phases() for _ in backends]
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         """Token ids per text, unpadded (the tokenizer may pad a request's texts on the right;
@@ -148,12 +162,18 @@ class TextClassifierModel(ServedModel):
         }
 
     def run_batch(self, instance: int, batch: list[list[list[int]]]) -> list[dict[str, np.ndarray]]:
+        start = time.perf_counter()
         rows = [row for request in batch for row in request]
-        outputs = self.backends[instance].run(self.encode_batch(rows))
+        feeds = self.encode_batch(rows)
+        ran = time.perf_counter()
+        outputs = self.backends[instance].run(feeds)
+        done = time.perf_counter()
         logits = outputs[self.config.outputs[0].name]
         label_ids = logits.argmax(axis=-1)
         outputs[LABEL_OUTPUT] = np.array([self.labels[i].encode() for i in label_ids], dtype=object)
-        return _split(outputs, [len(request) for request in batch])
+        results = _split(outputs, [len(request) for request in batch])
+        self.phases[instance] = Phases(ran - start, done - ran, time.perf_counter() - done)
+        return results
 
 
 class TensorModel(ServedModel):
@@ -164,6 +184,7 @@ class TensorModel(ServedModel):
         self.batching = config.batching
         self.backends = backends
         self.inputs, self.outputs = config.inputs, config.outputs
+        self.phases = [Phases() for _ in backends]
 
     def prepare(self, inputs: dict[str, np.ndarray]) -> Prepared:
         expected = {spec.name: spec for spec in self.inputs}
@@ -176,72 +197,69 @@ class TensorModel(ServedModel):
         return Prepared(data=inputs, rows=rows.pop(), shape_key=shape_key)
 
     def run_batch(self, instance: int, batch: list[dict[str, np.ndarray]]) -> list[dict]:
+        start = time.perf_counter()
         feeds = {name: np.concatenate([request[name] for request in batch]) for name in batch[0]}
+        ran = time.perf_counter()
         outputs = self.backends[instance].run(feeds)
-        return _split(outputs, [len(next(iter(request.values()))) for request in batch])
+        done = time.perf_counter()
+        results = _split(outputs, [len(next(iter(request.values()))) for request in batch])
+        self.phases[instance] = Phases(ran - start, done - ran, time.perf_counter() - done)
+        return results
 
 
 def _latest_version(folder: Path, filename: str) -> Path:
     versions = [p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()]
     versions = [p for p in versions if (p / filename).is_file()]
     if not versions:
-        raise ConfigError(f"{folder}: no version folder holds {filename}")
+        raise RepositoryError(f"{folder}: no version folder holds {filename}")
     return max(versions, key=lambda p: int(p.name))
 
 
 def _check_declared(config: ModelConfig, backend: Backend, folder: Path) -> None:
     declared = {spec.name for spec in config.inputs}
     if declared != set(backend.input_names):
-        raise ConfigError(
+        raise RepositoryError(
             f"{folder}/config.pbtxt declares inputs {sorted(declared)} but the model takes "
             f"{sorted(backend.input_names)}"
         )
     missing = {spec.name for spec in config.outputs} - set(backend.output_names)
     if missing:
-        raise ConfigError(f"{folder}/config.pbtxt declares outputs the model lacks: {missing}")
+        raise RepositoryError(f"{folder}/config.pbtxt declares outputs the model lacks: {missing}")
 
 
 def load_model(
     folder: Path, overrides: dict[str, object] | None = None, threads: int | None = None
 ) -> ServedModel:
-    """Load one model folder (config.pbtxt, <version>/model.*, tokenizer, labels)."""
+    """Load one model folder (config.pbtxt, <version>/model.*, tokenizer, labels): the
+    config is read once; a text classifier's folder is validated by the same loader the
+    gates use (the same checks and tokenizer settings)."""
     folder = Path(folder)
-    config = parse_model_config(folder / "config.pbtxt")
+    proto = read_config(folder / CONFIG_FILE)
+    config = serving_config(proto, folder / CONFIG_FILE)
     try:
         batching = config.batching.with_overrides(**(overrides or {}))
-    except ConfigError as exc:
-        raise ConfigError(f"{folder}: {exc}") from None
+    except RepositoryError as exc:
+        raise RepositoryError(f"{folder}: {exc}") from None
     config = ModelConfig(
         config.name, config.platform, config.inputs, config.outputs, batching, config.parameters
     )
-    if config.platform == "onnxruntime_onnx" and config.parameters.get("tokenizer"):
-        return _load_text_model(folder, config, threads)
-    version = _latest_version(folder, MODEL_FILES[config.platform])
     threads = threads or default_threads(batching.instance_count)
-    model_path = version / MODEL_FILES[config.platform]
+    spec = backend_spec(config.platform)
+    is_text = bool(config.parameters.get("tokenizer")) and spec.model_format == "onnx"
+    if is_text:
+        loaded = load_model_folder(folder, proto)
+        model_path = loaded.onnx_path
+    else:
+        model_path = _latest_version(folder, spec.model_file) / spec.model_file
     backends = [
         make_backend(config.platform, model_path, threads) for _ in range(batching.instance_count)
     ]
     _check_declared(config, backends[0], folder)
-    return TensorModel(config, version, backends)
-
-
-def _load_text_model(folder: Path, config: ModelConfig, threads: int | None) -> ServedModel:
-    """A text classifier folder, read and validated by the offline side's loader (the same
-    checks and the same tokenizer settings the gates ran with)."""
-    from inference_pipeline.repository import RepositoryError, load_model_folder
-
-    try:
-        loaded = load_model_folder(folder)
-    except RepositoryError as exc:
-        raise ConfigError(str(exc)) from None
-    instances = config.batching.instance_count
-    threads = threads or default_threads(instances)
-    backends = [make_backend(config.platform, loaded.onnx_path, threads) for _ in range(instances)]
-    _check_declared(config, backends[0], folder)
+    if not is_text:
+        return TensorModel(config, model_path.parent, backends)
     return TextClassifierModel(
         config,
-        loaded.onnx_path.parent,
+        model_path.parent,
         backends,
         loaded.tokenizer.tokenizer,
         list(loaded.labels),
@@ -253,7 +271,7 @@ def generation_folders(path: Path) -> list[Path]:
     """The repository's generation model folders (``backend: "generation"``), or ``path``
     itself when it is one; ``serve`` mounts their routes beside the v2 models."""
     path = Path(path)
-    if (path / "config.pbtxt").is_file():
+    if (path / CONFIG_FILE).is_file():
         return [path] if is_generation_folder(path) else []
     if not path.is_dir():
         return []
@@ -268,11 +286,11 @@ def load_repository(
     those yields an empty list."""
     path = Path(path)
     if not path.is_dir():
-        raise ConfigError(f"{path}: no such model repository")
-    if (path / "config.pbtxt").is_file():
+        raise RepositoryError(f"{path}: no such model repository")
+    if (path / CONFIG_FILE).is_file():
         return [] if is_generation_folder(path) else [load_model(path, overrides, threads)]
-    folders = sorted(p for p in path.iterdir() if (p / "config.pbtxt").is_file())
+    folders = sorted(p for p in path.iterdir() if (p / CONFIG_FILE).is_file())
     if not folders:
-        raise ConfigError(f"{path}: no model folder (with a config.pbtxt) inside")
+        raise RepositoryError(f"{path}: no model folder (with a config.pbtxt) inside")
     folders = [p for p in folders if not is_generation_folder(p)]
     return [load_model(folder, overrides, threads) for folder in folders]

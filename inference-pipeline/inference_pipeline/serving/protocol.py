@@ -3,7 +3,8 @@ tensor extension (``binary_data_size`` / ``Inference-Header-Content-Length``), w
 ``tritonclient.http`` uses by default.
 
 Only decoding and encoding live here; every malformed request raises ``ProtocolError`` with
-the HTTP status and one line naming what was wrong.
+the HTTP status and one line naming what was wrong, whatever the body holds (nesting depth,
+sizes, element types): a malformed request is never a server error.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from inference_pipeline.serving.config import TensorSpec
 from inference_pipeline.serving.models import V2_TO_NUMPY
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+MAX_DATA_DEPTH = 32  # nested 'data' lists deeper than this are refused (tensors have few axes)
+# The JSON value types each datatype's 'data' elements may have (bool is not a number here).
+_INTEGER = ("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64")
 
 
 class ProtocolError(Exception):
@@ -63,12 +67,26 @@ def _decode_bytes_elements(raw: bytes, name: str) -> list[bytes]:
     return items
 
 
-def _flatten(data: object) -> list:
-    if isinstance(data, list) and data and isinstance(data[0], list):
-        return [item for part in data for item in _flatten(part)]
+def _flatten(data: object, depth: int = 0) -> list:
     if not isinstance(data, list):
         raise ProtocolError("tensor 'data' must be a list")
+    if depth > MAX_DATA_DEPTH:
+        raise ProtocolError(f"tensor 'data' nested deeper than {MAX_DATA_DEPTH} lists")
+    if data and isinstance(data[0], list):
+        return [item for part in data for item in _flatten(part, depth + 1)]
     return data
+
+
+def _check_element_types(name: str, values: list, datatype: str) -> None:
+    """Every element of ``values`` has a JSON type that ``datatype`` can hold exactly."""
+    if datatype == "BOOL":
+        ok = all(isinstance(v, bool) for v in values)
+    elif datatype in _INTEGER:
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+    else:  # FP16 / FP32 / FP64
+        ok = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    if not ok:
+        raise ProtocolError(f"input {name!r}: data is not {datatype}")
 
 
 def _check_shape(name: str, shape: object, spec: TensorSpec) -> tuple[int, ...]:
@@ -98,9 +116,13 @@ def _decode_tensor(entry: object, specs: dict[str, TensorSpec], binary: memoryvi
             f"input {name!r}: datatype {entry.get('datatype')!r}, expected {spec.datatype!r}"
         )
     shape = _check_shape(name, entry.get("shape"), spec)
-    count = int(np.prod(shape))
+    count = 1
+    for dim in shape:  # Python ints: a huge shape cannot overflow into a small count
+        count *= dim
     params = entry.get("parameters") or {}
-    size = _int_param(params, "binary_data_size") if isinstance(params, dict) else None
+    if not isinstance(params, dict):
+        raise ProtocolError(f"input {name!r}: 'parameters' must be an object")
+    size = _int_param(params, "binary_data_size")
     if size is not None:
         if offset + size > len(binary):
             raise ProtocolError(f"input {name!r}: binary_data_size beyond the request body")
@@ -111,8 +133,11 @@ def _decode_tensor(entry: object, specs: dict[str, TensorSpec], binary: memoryvi
         else:
             dtype = np.dtype(V2_TO_NUMPY[spec.datatype]).newbyteorder("<")
             if len(raw) != count * dtype.itemsize:
-                raise ProtocolError(f"input {name!r}: {len(raw)} bytes do not fill shape {shape}")
-            return name, np.frombuffer(raw, dtype=dtype).reshape(shape), offset
+                raise ProtocolError(
+                    f"input {name!r}: {len(raw)} bytes do not fill shape {list(shape)}"
+                )
+            array = np.frombuffer(raw, dtype=dtype).reshape(shape)
+            return name, array.astype(dtype.newbyteorder("="), copy=False), offset
     else:
         if "data" not in entry:
             raise ProtocolError(f"input {name!r}: no 'data' and no binary_data_size")
@@ -126,12 +151,11 @@ def _decode_tensor(entry: object, specs: dict[str, TensorSpec], binary: memoryvi
             raise ProtocolError(f"input {name!r}: BYTES data must be strings")
         array = np.array(values, dtype=object).reshape(shape)
     else:
+        _check_element_types(name, values, spec.datatype)
         try:
             array = np.asarray(values, dtype=V2_TO_NUMPY[spec.datatype]).reshape(shape)
-        except (TypeError, ValueError):
-            raise ProtocolError(f"input {name!r}: data is not {spec.datatype}") from None
-        if any(isinstance(v, str | bool | list | dict) for v in values) and spec.datatype != "BOOL":
-            raise ProtocolError(f"input {name!r}: data is not {spec.datatype}")
+        except (TypeError, ValueError, OverflowError):  # e.g. 2**70 for INT64, 300 for UINT8
+            raise ProtocolError(f"input {name!r}: data does not fit {spec.datatype}") from None
     return name, array, offset
 
 
@@ -149,6 +173,8 @@ def parse_infer_request(
         document = json.loads(body[:json_size])
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError("malformed JSON: nested too deeply") from None
     if not isinstance(document, dict) or not isinstance(document.get("inputs"), list):
         raise ProtocolError("request must be a JSON object with an 'inputs' list")
     parameters = document.get("parameters") or {}
@@ -172,7 +198,10 @@ def parse_infer_request(
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
                 raise ProtocolError("each requested output must be an object with a 'name'")
             requested.append(entry["name"])
-            if (entry.get("parameters") or {}).get("binary_data"):
+            output_parameters = entry.get("parameters") or {}
+            if not isinstance(output_parameters, dict):
+                raise ProtocolError(f"output {entry['name']!r}: 'parameters' must be an object")
+            if output_parameters.get("binary_data"):
                 binary_outputs.add(entry["name"])
     request_id = document.get("id")
     return InferRequest(

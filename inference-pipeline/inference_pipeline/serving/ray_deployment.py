@@ -1,11 +1,17 @@
-"""The same models and v2 routes as a Ray Serve deployment, for scale-out.
+"""The same models and the same v2 front end as a Ray Serve deployment, for scale-out.
 
-``V2Deployment`` is a Ray Serve ingress deployment (FastAPI) answering the same v2 routes as
-the single-process server; each model gets its own ``@serve.batch`` queue with the model's
-``max_batch_size`` (counted in rows, through ``batch_size_fn``) and ``max_queue_delay`` as
-``batch_wait_timeout_s``. Note Ray's timeout counts from the FIRST request of a batch, so a
-lone request waits the whole timeout; our batcher has the same rule (delay from the oldest).
-``num_replicas`` copies run in parallel, on one machine or across a Ray cluster.
+``V2Deployment`` is a Ray Serve ingress deployment whose ASGI app is the one v2 front end,
+``serving.app.InferenceServer``, built in each replica (``__serve_build_asgi_app__``): every
+route, content type, status code, size limit and the dynamic batcher are the plain server's.
+Ray runs the app's lifespan, so each replica starts its batchers and drains them when it
+stops. ``num_replicas`` copies run in parallel, on one machine or across a Ray cluster; each
+replica runs one instance per model (the replicas are the instances).
+
+Statistics (``/v2/models/stats`` and the counters of ``/metrics``) are the sum over the
+replicas: each replica sends its snapshot to one named actor, ``StatisticsCollector``, at most
+every ``PUSH_INTERVAL_S`` while its counters change, and at once when it answers a statistics
+or metrics request; the answer is the collector's sum. (The histograms of ``/metrics`` are the
+answering replica's own.)
 
 ``run_ray_serve`` (``serve --ray``) starts a private local Ray (or joins ``--ray-address``)
 with its temp folder in a fresh temporary directory and token authentication from an
@@ -15,6 +21,7 @@ repository; on SIGTERM it shuts Serve and Ray down, which stops every process it
 """
 
 import argparse
+import asyncio
 import logging
 import os
 import shutil
@@ -23,117 +30,99 @@ import tempfile
 import threading
 from pathlib import Path
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+import ray
 from ray import serve
 
-from inference_pipeline.serving.models import Prepared, ServedModel, load_repository
-from inference_pipeline.serving.protocol import (
-    HEADER_LENGTH,
-    ProtocolError,
-    encode_infer_response,
-    parse_infer_request,
+from inference_pipeline.serving.app import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    InferenceServer,
+    StatisticsView,
 )
+from inference_pipeline.serving.models import load_repository
+from inference_pipeline.serving.statistics import merge
 
 log = logging.getLogger("inference_pipeline.serving")
-ingress = FastAPI(title="v2 inference on Ray Serve", openapi_url=None)
+PUSH_INTERVAL_S = 0.05
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+@ray.remote(num_cpus=0)
+class StatisticsCollector:
+    """The latest statistics snapshot of every replica; ``total`` sums them."""
+
+    def __init__(self) -> None:
+        self.snapshots: dict[str, list[dict]] = {}
+
+    def push(self, replica: str, snapshot: list[dict]) -> None:
+        self.snapshots[replica] = snapshot
+
+    def total(self) -> list[dict]:
+        return merge(self.snapshots.values())
 
 
-def _batched_runner(model: ServedModel):
-    """One ``@serve.batch`` queue per model: items are Prepared requests."""
-    settings = model.batching
+class ReplicaStatistics(StatisticsView):
+    """This replica's share of the sum: pushes its snapshot, reads the collector's total."""
 
-    async def run(items: list[Prepared]) -> list[dict]:
-        import asyncio
+    def __init__(self, collector_name: str) -> None:
+        self.replica = serve.get_replica_context().replica_id.unique_id
+        self.collector = StatisticsCollector.options(
+            name=collector_name, get_if_exists=True, lifetime=None
+        ).remote()
+        self.server: InferenceServer | None = None
+        self.task: asyncio.Task | None = None
 
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, model.run_batch, 0, [i.data for i in items])
+    def local(self) -> list[dict]:
+        return [entry.statistics.snapshot() for entry in self.server.entries.values()]
 
-    return serve.batch(
-        run,
-        max_batch_size=settings.max_batch_size,
-        batch_wait_timeout_s=settings.max_queue_delay_us / 1e6,
-        batch_size_fn=lambda items: sum(item.rows for item in items),
-    )
+    async def push(self, snapshot: list[dict]) -> None:
+        await self.collector.push.remote(self.replica, snapshot)
+
+    async def push_while_changing(self) -> None:
+        last = None
+        while True:
+            snapshot = self.local()
+            if snapshot != last:
+                await self.push(snapshot)
+                last = snapshot
+            await asyncio.sleep(PUSH_INTERVAL_S)
+
+    async def start(self, server: InferenceServer) -> None:
+        self.server = server
+        self.task = asyncio.ensure_future(self.push_while_changing())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await self.push(self.local())  # the drained batches count too
+
+    async def gather(self, local: list[dict]) -> list[dict]:
+        await self.push(local)
+        return await self.collector.total.remote()
 
 
 @serve.deployment(max_ongoing_requests=256)
-@serve.ingress(ingress)
+@serve.ingress()
 class V2Deployment:
-    """Every model of a repository behind the v2 routes, one batch queue per model."""
+    """Every model of a repository behind the one v2 front end, one batcher per model."""
 
-    def __init__(self, repository: str, overrides: dict, threads: int | None) -> None:
+    def __init__(
+        self,
+        repository: str,
+        overrides: dict,
+        threads: int | None,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    ) -> None:
         overrides = dict(overrides, instance_count=1)  # Ray's replicas are the instances
-        self.models = {m.name: m for m in load_repository(Path(repository), overrides, threads)}
-        self.runners = {name: _batched_runner(m) for name, m in self.models.items()}
-        self.types = {
-            name: {s.name: s.datatype for s in m.outputs} for name, m in self.models.items()
-        }
+        models = load_repository(Path(repository), overrides, threads)
+        app_name = serve.get_replica_context().app_name
+        view = ReplicaStatistics(f"v2_statistics_{app_name}")
+        self.server = InferenceServer(models, max_request_bytes, statistics_view=view)
 
-    def _model(self, name: str) -> ServedModel:
-        if name not in self.models:
-            raise ProtocolError(f"unknown model {name!r}", 404)
-        return self.models[name]
-
-    @ingress.get("/v2")
-    async def server_metadata(self) -> dict:
-        return {"name": "inference_pipeline-ray", "version": "1", "extensions": []}
-
-    @ingress.get("/v2/health/live")
-    async def live(self) -> dict:
-        return {"live": True}
-
-    @ingress.get("/v2/health/ready")
-    async def ready(self) -> dict:
-        return {"ready": True}
-
-    @ingress.get("/v2/models/{name}")
-    async def metadata(self, name: str) -> Response:
-        try:
-            return JSONResponse(self._model(name).metadata())
-        except ProtocolError as exc:
-            return _error(exc.status, str(exc))
-
-    @ingress.get("/v2/models/{name}/ready")
-    async def model_ready(self, name: str) -> Response:
-        if name not in self.models:
-            return _error(404, f"unknown model {name!r}")
-        return JSONResponse({"name": name, "ready": True})
-
-    @ingress.post("/v2/models/{name}/infer")
-    async def infer(self, name: str, request: Request) -> Response:
-        try:
-            model = self._model(name)
-            body = await request.body()
-            specs = {spec.name: spec for spec in model.inputs}
-            parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH), specs)
-            try:
-                prepared = model.prepare(parsed.inputs)
-            except ValueError as exc:
-                raise ProtocolError(str(exc)) from None
-            limit = model.batching.max_batch_size
-            if prepared.rows > limit:
-                raise ProtocolError(
-                    f"request has {prepared.rows} rows; this model takes 1 to {limit}"
-                )
-            outputs = await self.runners[name](prepared)
-            payload, header_length = encode_infer_response(
-                model.name, model.version, parsed, outputs, self.types[name]
-            )
-        except ProtocolError as exc:
-            return _error(exc.status, str(exc))
-        headers = {HEADER_LENGTH: str(header_length)} if header_length is not None else None
-        return Response(payload, headers=headers, media_type="application/json")
+    def __serve_build_asgi_app__(self):
+        return self.server.app
 
 
 def run_ray_serve(repository: str, overrides: dict, args: argparse.Namespace) -> int:
     """``serve --ray``: deploy on Ray Serve, serve until SIGTERM/SIGINT, then stop it all."""
-    import ray
-
     stop = threading.Event()
     temp_dir = tempfile.mkdtemp(prefix="ray_") if args.ray_address is None else None
     try:
@@ -151,8 +140,9 @@ def run_ray_serve(repository: str, overrides: dict, args: argparse.Namespace) ->
         deployment = V2Deployment.options(
             num_replicas=args.replicas, ray_actor_options={"num_cpus": cpus}
         )
+        repository = str(Path(repository).resolve())
         serve.run(
-            deployment.bind(str(Path(repository).resolve()), overrides, threads),
+            deployment.bind(repository, overrides, threads, args.max_request_bytes),
             name="v2",
             route_prefix="/",
             blocking=False,
