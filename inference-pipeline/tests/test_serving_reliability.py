@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 import signal
 import socket
 import threading
-import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,10 +16,13 @@ from inference_pipeline.serving.models import load_repository
 from inference_pipeline_harness.serving_fixtures import (
     TINY_MODEL,
     infer_json,
+    metric,
+    queue_size_metric,
     sample_texts,
     server_process,
     threaded_server,
     tiny_repository,
+    wait_until,
 )
 
 
@@ -33,13 +34,6 @@ def alone(model, text: str) -> np.ndarray:
 def logits_of(answer: dict) -> np.ndarray:
     tensor = next(o for o in answer["outputs"] if o["name"] == "logits")
     return np.array(tensor["data"], dtype=np.float32).reshape(tensor["shape"])
-
-
-def metric(url: str, pattern: str) -> float:
-    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    found = re.search(pattern + r" ([0-9.e+-]+)", text)
-    return float(found.group(1)) if found else 0.0
 
 
 def test_concurrent_mixed_length_clients_match_running_alone():
@@ -75,15 +69,7 @@ class GatedModel:
         return self._inner.run_batch(instance, batch)
 
 
-def wait_until(condition, what: str, limit_s: float = 30.0) -> None:
-    """Poll ``condition`` (a guard against a hang, not a speed requirement)."""
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} never happened"
-        time.sleep(0.01)
-
-
-QUEUE = r'inference_queue_size\{model="tiny_text"\}'
+QUEUE = queue_size_metric(TINY_MODEL)
 
 
 def test_burst_beyond_queue_limit_gets_fast_rejects_and_every_accepted_answer():
