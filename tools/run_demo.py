@@ -129,6 +129,41 @@ def drop_third_party_noise() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module="copyreg")
 
 
+# What `make demo` costs on the 2-core machine (README: "How long it takes"): minutes with
+# every cache warm, and what a first run adds for each model it trains and caches.
+WARM_MINUTES = 3
+FIRST_RUN_MINUTES = {"build": 9, "gpt": 4}
+
+
+def cache_plan(keys: list[str], quick: bool) -> str:
+    """One line for the start of the run: how long it will take and what it caches."""
+    if quick or "inference_pipeline" not in keys:
+        return ""
+    from inference_pipeline.generation.model import GPTConfig
+    from inference_pipeline.generation.train import TrainSettings, checkpoint_path
+    from inference_pipeline.model import default_cache_dir
+    from inference_pipeline.pipeline import BuildSettings, build_key
+
+    cache = default_cache_dir()
+    gpt = TrainSettings()
+    missing = {
+        "build": not (cache / "builds" / build_key(BuildSettings())).is_dir(),
+        "gpt": not checkpoint_path(GPTConfig(), gpt).is_file(),
+    }
+    names = {
+        "build": "the MiniLM fine-tune and full build,",
+        "gpt": f"the byte-level GPT, {gpt.describe()},",
+    }
+    todo = [f"{names[k]} about {FIRST_RUN_MINUTES[k]} min" for k, v in missing.items() if v]
+    minutes = WARM_MINUTES + sum(FIRST_RUN_MINUTES[k] for k, v in missing.items() if v)
+    if not todo:
+        return f"About {minutes} minutes: every model is cached under {cache}."
+    return (
+        f"About {minutes} minutes on 2 cores: this first run trains and caches under {cache} "
+        f"{' and '.join(todo)}; later runs reuse them (about {WARM_MINUTES} min)."
+    )
+
+
 def _failed_section(title: str, exc: BaseException) -> Section:
     last = traceback.format_exception_only(exc)[-1].strip()
     section = Section(title=title, checks=[Check("section ran to completion", False, last)])
@@ -207,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     chosen = [s for s in SECTIONS if not only or s[0] in only]
     drop_third_party_noise()
+    plan = cache_plan([key for key, _, _ in chosen], args.quick)
+    if plan:
+        console.print(plan, soft_wrap=True)
 
     sections: list[Section] = []
     started = time.perf_counter()
