@@ -29,17 +29,14 @@ def _command(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
 def _settings(args: argparse.Namespace):
     import torch
 
-    from inference_pipeline.generation.train import DEFAULT_STEPS, TrainSettings
+    from inference_pipeline.generation.train import TrainSettings
 
     # One thread: on a shared, oversubscribed CPU a second thread mostly spin-waits (a small
     # model's greedy loop measured ~18x slower with two threads than with one).
     torch.set_num_threads(1)
 
-    steps = args.steps if args.steps is not None else DEFAULT_STEPS
-    if args.seconds is not None:
-        steps = None
     try:
-        return TrainSettings(steps=steps, seconds=args.seconds)
+        return TrainSettings(steps=args.steps, seconds=args.seconds)
     except ValueError as exc:
         raise BadInput(str(exc)) from exc
 

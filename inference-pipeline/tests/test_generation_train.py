@@ -10,6 +10,7 @@ import torch
 from inference_pipeline.__main__ import main
 from inference_pipeline.generation.model import TINY_CONFIG, GPTConfig
 from inference_pipeline.generation.train import (
+    DEFAULT_STEPS,
     TrainSettings,
     checkpoint_path,
     held_out_loss,
@@ -52,7 +53,8 @@ def test_checkpoint_key_covers_config_and_settings(private_cache) -> None:
     a = checkpoint_path(GPTConfig(), TrainSettings())
     assert a.parent == private_cache and a.name.startswith("gpt-")
     assert checkpoint_path(GPTConfig(), TrainSettings(steps=10)) != a
-    assert checkpoint_path(GPTConfig(), TrainSettings(steps=None, seconds=10)) != a
+    assert checkpoint_path(GPTConfig(), TrainSettings(seconds=10)) != a
+    assert checkpoint_path(GPTConfig(), TrainSettings(steps=DEFAULT_STEPS)) == a
     assert checkpoint_path(GPTConfig(n_layer=2), TrainSettings()) != a
 
 
@@ -73,9 +75,10 @@ def test_trained_model_loads_the_cached_checkpoint_instead_of_retraining(monkeyp
     assert first == second and first.is_file() and len(calls) == 1 and summary == {"steps": 0}
 
 
-def test_a_budget_is_steps_or_seconds_never_both_or_neither() -> None:
+def test_a_budget_is_steps_or_seconds_never_both() -> None:
     assert TrainSettings().steps is not None and TrainSettings().seconds is None
-    for steps, seconds in ((10, 5.0), (None, None), (1.5, None), (None, float("nan"))):
+    assert TrainSettings(seconds=5.0).steps is None
+    for steps, seconds in ((10, 5.0), (0, None), (1.5, None), (None, float("nan"))):
         with pytest.raises(ValueError):
             TrainSettings(steps=steps, seconds=seconds)
 

@@ -30,9 +30,10 @@ DEFAULT_STEPS = 1200  # about 3.5 minutes on one quiet core of the 2-core machin
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """``steps`` (deterministic) or ``seconds`` (a wall-clock budget): exactly one is set."""
+    """``steps`` (deterministic) or ``seconds`` (a wall-clock budget): give at most one;
+    with neither, ``DEFAULT_STEPS`` steps."""
 
-    steps: int | None = DEFAULT_STEPS
+    steps: int | None = None
     seconds: float | None = None
     batch_size: int = 8
     window: int = 256  # bytes per training window (the model's context)
@@ -45,8 +46,10 @@ class TrainSettings:
     bf16_autocast: bool = True
 
     def __post_init__(self) -> None:
-        if (self.steps is None) == (self.seconds is None):
+        if self.steps is not None and self.seconds is not None:
             raise ValueError("give the training budget as steps or as seconds, not both")
+        if self.steps is None and self.seconds is None:
+            object.__setattr__(self, "steps", DEFAULT_STEPS)  # frozen: set once, here
         if self.steps is not None and not (isinstance(self.steps, int) and self.steps >= 1):
             raise ValueError(f"training steps must be a positive integer, got {self.steps}")
         if self.seconds is not None and not (math.isfinite(self.seconds) and self.seconds > 0):
