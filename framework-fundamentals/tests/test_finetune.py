@@ -226,6 +226,49 @@ def test_bad_finetune_config_is_refused():
         ft.FineTuneConfig(phase_two_epochs=-1)
 
 
+def test_config_is_frozen_and_its_key_follows_every_setting():
+    import dataclasses
+
+    config = ft.FineTuneConfig()
+    assert config.key() == ft.FineTuneConfig().key()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.batch_size = 4
+    for field in dataclasses.fields(ft.FineTuneConfig):
+        value = getattr(config, field.name)
+        changed = dataclasses.replace(config, **{field.name: value * 2 if value else 1})
+        assert changed.key() != config.key(), field.name
+
+
+def _tiny_run(seed: int):
+    """Both phases of the recipe on the tiny BERT with 10 random rows: (losses, model)."""
+    model = _tiny("bert")
+    generator = torch.Generator().manual_seed(seed)
+    data = torch.Generator().manual_seed(1)
+    inputs = {
+        "input_ids": torch.randint(0, 50, (10, 6), generator=data),
+        "attention_mask": torch.ones(10, 6, dtype=torch.int64),
+    }
+    labels = torch.randint(0, 3, (10,), generator=data)
+    config = ft.FineTuneConfig(batch_size=4, phase_one_epochs=2, phase_two_epochs=3)
+    base = {n: p.detach().clone() for n, p in model.named_parameters() if "classifier" not in n}
+    one = ft.phase_one(model, inputs, labels, config, generator)
+    params = dict(model.named_parameters())
+    assert all(torch.equal(params[n], value) for n, value in base.items())  # base frozen
+    two, groups = ft.phase_two(model, inputs, labels, config, generator)
+    assert {g["name"].split("/")[0] for g in groups} >= {"head", "layer.0", "embeddings"}
+    return one, two, model
+
+
+def test_phases_run_a_fixed_number_of_steps_and_repeat_exactly():
+    one, two, model = _tiny_run(seed=0)
+    assert len(one) == 2 * 3 and len(two) == 3 * 3  # epochs x ceil(10 rows / batch 4)
+    again_one, again_two, again = _tiny_run(seed=0)
+    assert (one, two) == (again_one, again_two)  # deterministic given the seed
+    for (_, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items(), strict=True):
+        assert torch.equal(a, b)
+    assert _tiny_run(seed=1)[0] != one  # the seed decides the batch order
+
+
 def test_replace_head_swaps_the_final_linear():
     model = _tiny("roberta")
     new_head = ft.replace_classification_head(model, 7)

@@ -114,7 +114,7 @@ def run_gate(args: argparse.Namespace) -> int:
     results += [agreement, perplexity]
     for r in results:
         verdict = "PASS" if r.passed else "FAIL"
-        print(f"[{verdict}] {r.name}: {r.value:.4g} (limit {r.limit}) {r.detail}")
+        print(f"[{verdict}] {r.describe()} {r.detail}")
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ for r in results] + [figures], indent=2))
     return 0 if all(r.passed for r in results) else 1

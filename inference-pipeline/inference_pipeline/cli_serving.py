@@ -43,14 +43,15 @@ def run_serve(args: argparse.Namespace) -> int:
     from inference_pipeline.repository import RepositoryError
     from inference_pipeline.serving.backends import BackendError
     from inference_pipeline.serving.metrics import configure_json_logging
-    from inference_pipeline.serving.models import generation_folders, load_repository
+    from inference_pipeline.serving.models import load_model, repository_folders
 
     configure_json_logging(args.log_level)
+    overrides = batching_overrides(args)
     try:
-        models = load_repository(Path(args.repository), batching_overrides(args), args.threads)
+        v2_folders, gpt_folders = repository_folders(Path(args.repository))
+        models = [load_model(f, overrides, args.threads, proto) for f, proto in v2_folders]
     except (RepositoryError, BackendError) as exc:
         return _fail(str(exc))
-    gpt_folders = generation_folders(Path(args.repository))
     gpt_folders += [Path(folder) for folder in args.generation or []]
     if not models and not gpt_folders:
         return _fail(f"{args.repository}: no model to serve")
@@ -63,7 +64,7 @@ def run_serve(args: argparse.Namespace) -> int:
             use_private_ray_environment()
         from inference_pipeline.serving.ray_deployment import run_ray_serve
 
-        return run_ray_serve(args.repository, batching_overrides(args), args)
+        return run_ray_serve(args.repository, overrides, args)
     services = []
     if gpt_folders:
         from inference_pipeline.generation.served import (

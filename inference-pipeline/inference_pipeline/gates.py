@@ -53,12 +53,16 @@ class GateResult:
     limit: float
     comparison: str  # "<=" or ">="
     passed: bool
+    detail: str = ""  # what the value is made of, or where it failed
 
     @classmethod
-    def compare(cls, name: str, value: float, limit: float, comparison: str) -> GateResult:
+    def compare(
+        cls, name: str, value: float, limit: float, comparison: str, detail: str = ""
+    ) -> GateResult:
         """``value`` against ``limit``; a non-finite value never passes."""
         ok = value <= limit if comparison == "<=" else value >= limit
-        return cls(name, float(value), float(limit), comparison, bool(ok and np.isfinite(value)))
+        passed = bool(ok and np.isfinite(value))
+        return cls(name, float(value), float(limit), comparison, passed, detail)
 
     def describe(self) -> str:
         return f"{self.name} = {self.value:.4g} (limit {self.comparison} {self.limit:g})"

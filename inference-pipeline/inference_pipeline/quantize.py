@@ -40,6 +40,12 @@ from inference_pipeline.tokenization import TextTokenizer
 # Quantizing only the MatMuls (the weights and nearly all the FLOPs) keeps LayerNorm, Softmax
 # and the residual Adds in FP32, where INT8 would cost accuracy for little speed.
 QUANTIZED_OPS = ("MatMul",)
+# Static INT8's activation-range estimators (``Recipe.calibration``).
+CALIBRATIONS = {
+    "minmax": CalibrationMethod.MinMax,
+    "percentile": CalibrationMethod.Percentile,
+    "entropy": CalibrationMethod.Entropy,
+}
 _QUANT_OPTIONS = {"DefaultTensorType": onnx.TensorProto.FLOAT}  # fused ops lack type info
 
 
@@ -103,9 +109,10 @@ def quantize_int8_static(
     per_channel: bool = True,
     batch_size: int = 8,
     exclude: Sequence[str] = (),
+    calibration: str = "minmax",
 ) -> Path:
-    """QDQ INT8 with activation ranges from ``calibration_texts`` (MinMax calibration);
-    ``exclude``: node names kept FP32 (see ``KEEP_FP32``)."""
+    """QDQ INT8 with activation ranges from ``calibration_texts`` (``calibration``: a key of
+    ``CALIBRATIONS``); ``exclude``: node names kept FP32 (see ``KEEP_FP32``)."""
     if not calibration_texts:
         raise ValueError("static quantization needs at least one calibration text")
     reader = TextCalibrationReader(tokenizer, calibration_texts, batch_size)
@@ -119,7 +126,7 @@ def quantize_int8_static(
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
             op_types_to_quantize=list(QUANTIZED_OPS),
-            calibrate_method=CalibrationMethod.MinMax,
+            calibrate_method=CALIBRATIONS[calibration],
             nodes_to_exclude=list(exclude),
             extra_options=_QUANT_OPTIONS,
         )
@@ -155,7 +162,7 @@ class Recipe:
     gates: tuple[GateCheck, ...]
     made_by: str  # for the manifest; "{calibration}" is the number of calibration texts
     per_channel: bool = False  # INT8 weight scales per output channel (else per tensor)
-    calibration: str | None = None  # "minmax": static activation ranges from training texts
+    calibration: str | None = None  # a key of CALIBRATIONS: static ranges from training texts
     keep_fp32: str | None = None  # a key of KEEP_FP32
     fallback: str | None = None  # the recipe built instead when this one fails a gate
     folder: str | None = None  # a fallback shares the folder of the recipe it replaces
@@ -211,8 +218,9 @@ def _dynamic(row: Recipe, src: Path, dst: Path, tokenizer: TextTokenizer, texts:
 def _static(row: Recipe, src: Path, dst: Path, tokenizer: TextTokenizer, texts: Sequence[str]):
     exclude = KEEP_FP32[row.keep_fp32](src) if row.keep_fp32 else ()
     return quantize_int8_static(
-        src, dst, tokenizer, texts, per_channel=row.per_channel, exclude=exclude
-    )
+        src, dst, tokenizer, texts, per_channel=row.per_channel, exclude=exclude,
+        calibration=row.calibration or "minmax",
+    )  # fmt: skip
 
 
 def _fp16(row: Recipe, src: Path, dst: Path, tokenizer: TextTokenizer, texts: Sequence[str]):

@@ -125,15 +125,6 @@ def read_config(path: Path) -> mc.ModelConfig:
         raise RepositoryError(f"{path}: not a valid Triton model config ({exc})") from None
 
 
-def is_generation_folder(folder: Path) -> bool:
-    """True when ``folder/config.pbtxt`` declares ``backend: "generation"`` (a broken or
-    missing file is not one: the loader that reads it reports the problem)."""
-    try:
-        return read_config(Path(folder) / CONFIG_FILE).backend == GENERATION_BACKEND
-    except RepositoryError:
-        return False
-
-
 @dataclass
 class ModelFolder:
     """One model folder, validated: what serving and the gates need to run it."""

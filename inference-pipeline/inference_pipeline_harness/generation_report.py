@@ -86,7 +86,7 @@ def build_subsection(out_dir: Path, quick: bool) -> Section:
             )
             for g in (agreement, perplexity):
                 section.checks.append(
-                    Check(g.name, g.passed, f"{g.value:.4g} ({g.limit})", g.detail)
+                    Check(g.name, g.passed, f"{g.value:.4g} ({g.comparison} {g.limit:g})", g.detail)
                 )
             section.tables.append(Table(
                 "INT8 (dynamic, ONNX Runtime) vs fp32 on held-out BBC text",
@@ -100,7 +100,7 @@ def build_subsection(out_dir: Path, quick: bool) -> Section:
             )
             concurrencies, per_client, rounds = [1, 4, 16], 6, 3
         section.checks.append(
-            Check(gate.name, gate.passed, f"{gate.value}/{len(prompts)}", gate.detail)
+            Check(gate.name, gate.passed, f"{gate.value:g}/{len(prompts)}", gate.detail)
         )
         section.checks.append(_join_check(step, prompts[:4]))
         start = time.perf_counter()

@@ -115,6 +115,8 @@ def test_recipe_table_is_consistent():
         assert (row.source is None) == (row.method == "export")
         assert row.source is None or row.source in seen, f"{row.name}: source listed later"
         assert row.keep_fp32 is None or row.keep_fp32 in quantize.KEEP_FP32
+        assert row.calibration is None or row.calibration in quantize.CALIBRATIONS
+        assert (row.calibration is not None) == (row.method == "int8_static")
         assert row.gates and all(check.measure in MEASURES for check in row.gates)
         seen.add(row.name)
     fallbacks = {row.fallback for row in quantize.RECIPES if row.fallback}
@@ -133,3 +135,23 @@ def test_bench_colours_follow_the_table_and_accept_a_new_precision():
     colours = [precision_colour(p) for p in ("torch", *quantize.precision_order())]
     assert len(set(colours)) == len(colours)
     assert precision_colour("bf16") not in colours  # not in the table: the next colour
+
+
+def test_a_new_recipe_is_one_table_row(art, monkeypatch):
+    from inference_pipeline.gates import INT8_GATES
+
+    row = quantize.Recipe(
+        "int8_dynamic_ffn_fp32", "int8", "torchscript", "int8_dynamic", "fp32", INT8_GATES,
+        "dynamic, per-channel, FFN output FP32", per_channel=True, keep_fp32="ffn_output_matmuls",
+    )  # fmt: skip
+    monkeypatch.setattr(quantize, "RECIPES", (*quantize.RECIPES, row))
+    assert quantize.recipe(row.name) is row and row in quantize.primary_recipes()
+    path = quantize.METHODS[row.method](
+        row, art.exports["torchscript"], art.folder / f"{row.name}.onnx", art.tokenizer, []
+    )
+    kept = set(quantize.ffn_output_matmuls(art.exports["torchscript"]))
+    graph = onnx.load(str(path)).graph
+    assert len(kept) == 6 and kept <= {n.name for n in graph.node if n.op_type == "MatMul"}
+    assert _ops(path)["MatMulInteger"] >= 36 - 6  # the other weight MatMuls are INT8
+    report = gate_onnx(path, row.name)  # the row's gates, found by its name
+    assert [r.name for r in report.results] == [c.measure for c in INT8_GATES]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 
 import numpy as np
 import pytest
 import tritonclient.http as triton
 from inference_pipeline.__main__ import main
 from inference_pipeline.repository import RepositoryError, read_config
-from inference_pipeline.serving.backends import backend_spec
+from inference_pipeline.serving.backends import OnnxRuntimeBackend, backend_spec
 from inference_pipeline.serving.config import BatchingSettings, serving_config
 from inference_pipeline.serving.models import TensorModel, load_repository
 from inference_pipeline_harness.serving_fixtures import TINY_MODEL, threaded_server, tiny_repository
@@ -153,3 +154,37 @@ def test_mismatched_config_and_model_are_refused(tmp_path):
     (folder / "config.pbtxt").write_text(text)
     with pytest.raises(RepositoryError, match="do not match"):
         load_repository(tmp_path)
+
+
+class ScaledLogitsBackend(OnnxRuntimeBackend):
+    """A stand-in for another runtime: ONNX Runtime with the logits scaled by ``scale``."""
+
+    def __init__(self, path, threads: int = 1, scale: float = 1.0) -> None:
+        super().__init__(path, threads)
+        self.scale = scale
+
+    def run(self, feeds):
+        outputs = super().run(feeds)
+        outputs["logits"] = outputs["logits"] * self.scale
+        return outputs
+
+
+def test_a_new_backend_is_one_class_and_one_registry_line(tmp_path, monkeypatch):
+    from inference_pipeline.serving import backends
+
+    line = backends.BackendSpec(("scaled_onnx",), ScaledLogitsBackend, "model.onnx", {"scale": 2.0})
+    monkeypatch.setattr(backends, "BACKENDS", (*backends.BACKENDS, line))
+    folder = tmp_path / TINY_MODEL
+    shutil.copytree(tiny_repository() / TINY_MODEL, folder)
+    config = folder / "config.pbtxt"
+    config.write_text(config.read_text().replace('"onnxruntime_onnx"', '"scaled_onnx"'))
+    # the config reader, the loader and the repository checks all take it from the table
+    (scaled,) = load_repository(folder)
+    (plain,) = load_repository(tiny_repository() / TINY_MODEL)
+    assert scaled.config.platform == "scaled_onnx"
+    assert isinstance(scaled.backends[0], ScaledLogitsBackend)
+    texts = np.array(["market news", "film star award"], dtype=object)
+    ours = scaled.run_batch(0, [scaled.prepare({"TEXT": texts}).data])[0]
+    reference = plain.run_batch(0, [plain.prepare({"TEXT": texts}).data])[0]
+    np.testing.assert_allclose(ours["logits"], 2.0 * reference["logits"], rtol=1e-6)
+    np.testing.assert_array_equal(ours["label"], reference["label"])

@@ -191,6 +191,8 @@ def test_bad_requests_get_status_and_one_message(served, body, status, words):
 
 def test_metrics_show_requests_and_average_batch(served):
     url, _, _ = served
+    assert raw_request(url, "POST", f"/v2/models/{TINY_MODEL}/infer", infer_body())[0] == 200
+    assert raw_request(url, "POST", f"/v2/models/{TINY_MODEL}/infer", b"[]")[0] == 400
     _, text = raw_request(url, "GET", "/metrics")
     text = text.decode() if isinstance(text, bytes) else json.dumps(text)
     for name in (
@@ -321,12 +323,27 @@ def metric_values(url: str, name: str) -> dict[str, float]:
     return {labels: float(value) for labels, value in found}
 
 
-def settled_statistics(client, expected_count: int) -> dict:
-    """The model's statistics once ``inference_count`` reaches ``expected_count`` (Ray's
-    replicas report their counters to the collector shortly after each change)."""
-    for _ in range(200):
+def stable_statistics(client) -> dict:
+    """The model's statistics once two reads 0.6 s apart agree: every Ray replica reports
+    changed counters within ``ray_deployment.PUSH_INTERVAL_S`` (0.25 s), so by then each has
+    reported the requests of the tests before."""
+    (last,) = client.get_inference_statistics(TINY_MODEL)["model_stats"]
+    for _ in range(30):
+        time.sleep(0.6)
         (stats,) = client.get_inference_statistics(TINY_MODEL)["model_stats"]
-        if stats["inference_count"] >= expected_count:
+        if stats == last:
+            return stats
+        last = stats
+    return last
+
+
+def settled_statistics(client, rows: int, fails: int) -> dict:
+    """The model's statistics once they count ``rows`` rows and ``fails`` failed requests
+    (Ray's replicas report their counters to the collector shortly after each change)."""
+    for _ in range(400):
+        (stats,) = client.get_inference_statistics(TINY_MODEL)["model_stats"]
+        failed = stats["inference_stats"]["fail"]["count"]
+        if stats["inference_count"] >= rows and failed >= fails:
             return stats
         time.sleep(0.05)
     return stats
@@ -335,7 +352,7 @@ def settled_statistics(client, expected_count: int) -> dict:
 def test_statistics_extension_counts_requests_and_batches_like_metrics(served):
     url, front_end, _ = served
     client = triton.InferenceServerClient(url.removeprefix("http://"))
-    (before,) = client.get_inference_statistics(TINY_MODEL)["model_stats"]
+    before = stable_statistics(client)
     rows = [1, 2, 3, 1, 2]  # one request after the other: each runs as its own batch
     for count in rows:
         text_input = triton.InferInput("TEXT", [count], "BYTES")
@@ -343,7 +360,8 @@ def test_statistics_extension_counts_requests_and_batches_like_metrics(served):
         client.infer(TINY_MODEL, [text_input])
     status, _ = raw_request(url, "POST", f"/v2/models/{TINY_MODEL}/infer", infer_body(name="X"))
     assert status == 400
-    after = settled_statistics(client, before["inference_count"] + sum(rows))
+    expected_fails = before["inference_stats"]["fail"]["count"] + 1
+    after = settled_statistics(client, before["inference_count"] + sum(rows), expected_fails)
     assert after["name"] == TINY_MODEL and after["version"] == "1"
     assert after["inference_count"] - before["inference_count"] == sum(rows)
     assert after["execution_count"] - before["execution_count"] == len(rows)

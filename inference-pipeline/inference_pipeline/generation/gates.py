@@ -11,24 +11,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
+from inference_pipeline.gates import GateResult
 from inference_pipeline.generation.model import GPT, greedy_no_cache
 from inference_pipeline.generation.runtime import StepFunction, empty_past, greedy_with_cache
 
 MIN_INT8_AGREEMENT = 0.95  # share of held-out positions where INT8 picks fp32's argmax
 MAX_INT8_PPL_INCREASE = 0.02  # relative perplexity increase allowed for INT8
-
-
-@dataclass(frozen=True)
-class GateResult:
-    name: str
-    value: float
-    limit: str
-    passed: bool
-    detail: str = ""
 
 
 def eval_prompts(text: np.ndarray, count: int, max_len: int, seed: int = 0) -> list[bytes]:
@@ -59,12 +50,12 @@ def cache_equality_gate(
         if (i + 1) % 10 == 0:
             progress(f"  cache equality: {i + 1}/{len(prompts)} prompts")
     equal = len(prompts) - len(mismatched)
-    return GateResult(
+    return GateResult.compare(
         f"greedy with KV cache ({type(step).__name__}) == PyTorch without cache "
-        f"({max_new_tokens} tokens)",
+        f"({max_new_tokens} tokens), identical prompts",
         equal,
-        f"all {len(prompts)} prompts identical",
-        not mismatched,
+        len(prompts),
+        ">=",
         "; ".join(mismatched[:5]),
     )
 
@@ -99,18 +90,18 @@ def int8_gates(
         "ppl_increase": increase,
     }
     return (
-        GateResult(
+        GateResult.compare(
             "INT8 next-token agreement with fp32 (held-out)",
             agreement,
-            f">= {MIN_INT8_AGREEMENT}",
-            agreement >= MIN_INT8_AGREEMENT,
+            MIN_INT8_AGREEMENT,
+            ">=",
             f"{pick32.size} positions",
         ),
-        GateResult(
+        GateResult.compare(
             "INT8 perplexity increase (held-out)",
             increase,
-            f"<= {MAX_INT8_PPL_INCREASE:.0%}",
-            increase <= MAX_INT8_PPL_INCREASE,
+            MAX_INT8_PPL_INCREASE,
+            "<=",
             f"fp32 {ppl32:.3f} -> int8 {ppl8:.3f}",
         ),
         figures,

@@ -148,7 +148,8 @@ class InferenceServer:
     ):
         self.metrics = ServerMetrics()
         self.statistics_view = statistics_view or StatisticsView()
-        self.unknown_requests: dict[str, int] = {}  # requests for no such model, by status
+        # requests for no such model, by status (this process's: never summed across replicas)
+        self.unknown_requests: dict[str, int] = {}
         self.drain_timeout_s = drain_timeout_s
         self.max_request_bytes = max_request_bytes
         self.entries: dict[str, ServedEntry] = {}
@@ -316,17 +317,14 @@ class InferenceServer:
 
         @app.get("/metrics")
         async def metrics() -> Response:
+            families = counter_families(await self.statistics(), dict(self.unknown_requests))
             counters = CollectorRegistry()
-            counters.register(_Families(counter_families(await self.statistics(), self.unknown)))
+            counters.register(_Families(families))
             registries = [counters, self.metrics.registry, *self.extra_registries]
             body = b"".join(generate_latest(registry) for registry in registries)
             return Response(body, media_type=CONTENT_TYPE_LATEST)
 
         return app
-
-    @property
-    def unknown(self) -> dict[str, int]:
-        return dict(self.unknown_requests)
 
     async def statistics(self, name: str | None = None, version: str | None = None) -> list:
         """Every model's statistics snapshot (or model ``name``'s), as the view sums them."""

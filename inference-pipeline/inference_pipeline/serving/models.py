@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
 
 from inference_pipeline.repository import (
     CONFIG_FILE,
+    GENERATION_BACKEND,
     RepositoryError,
-    is_generation_folder,
     load_model_folder,
     read_config,
 )
@@ -228,13 +229,16 @@ def _check_declared(config: ModelConfig, backend: Backend, folder: Path) -> None
 
 
 def load_model(
-    folder: Path, overrides: dict[str, object] | None = None, threads: int | None = None
+    folder: Path,
+    overrides: dict[str, object] | None = None,
+    threads: int | None = None,
+    proto: mc.ModelConfig | None = None,
 ) -> ServedModel:
     """Load one model folder (config.pbtxt, <version>/model.*, tokenizer, labels): the
-    config is read once; a text classifier's folder is validated by the same loader the
-    gates use (the same checks and tokenizer settings)."""
+    config is read once (``proto``: already read by the caller); a text classifier's folder
+    is validated by the same loader the gates use (the same checks and tokenizer settings)."""
     folder = Path(folder)
-    proto = read_config(folder / CONFIG_FILE)
+    proto = proto if proto is not None else read_config(folder / CONFIG_FILE)
     config = serving_config(proto, folder / CONFIG_FILE)
     try:
         batching = config.batching.with_overrides(**(overrides or {}))
@@ -267,15 +271,32 @@ def load_model(
     )
 
 
+def repository_folders(path: Path) -> tuple[list[tuple[Path, mc.ModelConfig]], list[Path]]:
+    """(v2 model folders with their parsed config, generation folders) of a repository, or
+    of ``path`` itself when it is one model folder; every config.pbtxt is read once."""
+    path = Path(path)
+    if not path.is_dir():
+        raise RepositoryError(f"{path}: no such model repository")
+    if (path / CONFIG_FILE).is_file():
+        folders = [path]
+    else:
+        folders = sorted(p for p in path.iterdir() if (p / CONFIG_FILE).is_file())
+        if not folders:
+            raise RepositoryError(f"{path}: no model folder (with a config.pbtxt) inside")
+    v2, generation = [], []
+    for folder in folders:
+        proto = read_config(folder / CONFIG_FILE)
+        if proto.backend == GENERATION_BACKEND:
+            generation.append(folder)
+        else:
+            v2.append((folder, proto))
+    return v2, generation
+
+
 def generation_folders(path: Path) -> list[Path]:
     """The repository's generation model folders (``backend: "generation"``), or ``path``
     itself when it is one; ``serve`` mounts their routes beside the v2 models."""
-    path = Path(path)
-    if (path / CONFIG_FILE).is_file():
-        return [path] if is_generation_folder(path) else []
-    if not path.is_dir():
-        return []
-    return sorted(p for p in path.iterdir() if is_generation_folder(p))
+    return repository_folders(path)[1]
 
 
 def load_repository(
@@ -284,13 +305,5 @@ def load_repository(
     """Every v2 model of a repository (or the one model if ``path`` is a model folder).
     Generation folders are skipped (see ``generation_folders``); a repository holding only
     those yields an empty list."""
-    path = Path(path)
-    if not path.is_dir():
-        raise RepositoryError(f"{path}: no such model repository")
-    if (path / CONFIG_FILE).is_file():
-        return [] if is_generation_folder(path) else [load_model(path, overrides, threads)]
-    folders = sorted(p for p in path.iterdir() if (p / CONFIG_FILE).is_file())
-    if not folders:
-        raise RepositoryError(f"{path}: no model folder (with a config.pbtxt) inside")
-    folders = [p for p in folders if not is_generation_folder(p)]
-    return [load_model(folder, overrides, threads) for folder in folders]
+    v2, _ = repository_folders(path)
+    return [load_model(folder, overrides, threads, proto) for folder, proto in v2]

@@ -31,6 +31,7 @@ import threading
 from pathlib import Path
 
 import ray
+from fastapi import FastAPI
 from ray import serve
 
 from inference_pipeline.serving.app import (
@@ -42,7 +43,7 @@ from inference_pipeline.serving.models import load_repository
 from inference_pipeline.serving.statistics import merge
 
 log = logging.getLogger("inference_pipeline.serving")
-PUSH_INTERVAL_S = 0.05
+PUSH_INTERVAL_S = 0.25
 
 
 @ray.remote(num_cpus=0)
@@ -92,7 +93,10 @@ class ReplicaStatistics(StatisticsView):
     async def stop(self) -> None:
         if self.task is not None:
             self.task.cancel()
+        try:
             await self.push(self.local())  # the drained batches count too
+        except ray.exceptions.RayError:  # the collector went first (Ray is shutting down)
+            pass
 
     async def gather(self, local: list[dict]) -> list[dict]:
         await self.push(local)
@@ -117,7 +121,8 @@ class V2Deployment:
         view = ReplicaStatistics(f"v2_statistics_{app_name}")
         self.server = InferenceServer(models, max_request_bytes, statistics_view=view)
 
-    def __serve_build_asgi_app__(self):
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        """Ray Serve's ingress: the front end's app (Ray runs its lifespan)."""
         return self.server.app
 
 
