@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-# Enough steps for the GPT to leave the bigram plateau, so its argmax choices are not near-ties
-# and the INT8 gates measure quantization, not noise (measured: see the README's test section).
+# The GPT tests' step budget (about 45 s of one core): its cache-equality and INT8 gates pass.
 QUICK_GPT_STEPS = 300
 
 
