@@ -33,10 +33,11 @@ run_logged = @echo "  $(1) (log: $(SETUP_LOG))"; mkdir -p $(VENV); touch $(SETUP
 	echo "failed: $(1); full log in $(SETUP_LOG)"; exit 1; fi
 # TensorFlow prints two lines on import, twice, before its logging reads TF_CPP_MIN_LOG_LEVEL,
 # and TFLite one when it makes its CPU delegate and one per quantized conversion: `make demo`
-# and `make bench` drop exactly those and pass every other line through.
+# and `make bench` drop exactly those and pass every other line through, as it comes (a grep
+# writing to a pipe or a log would otherwise hold stderr back until the end of the run).
 TF_NOISE := -e 'All log messages before absl::InitializeLog' -e 'oneDNN custom operations are on' \
 	-e 'Created TensorFlow Lite XNNPACK delegate for CPU' -e '^fully_quantize: [0-9], inference_type: '
-quiet_tf = set -o pipefail; { $(1) 2>&1 1>&3 3>&- | { grep -v $(TF_NOISE) || true; } 1>&2; } 3>&1
+quiet_tf = set -o pipefail; { $(1) 2>&1 1>&3 3>&- | { grep --line-buffered -v $(TF_NOISE) || true; } 1>&2; } 3>&1
 
 DEPS_STAMP := $(VENV)/.deps-installed
 PKGS_STAMP := $(VENV)/.pkgs-installed

@@ -179,3 +179,15 @@ def test_each_section_says_how_to_reproduce_it(fake_demo, tmp_path):
     assert "<code>.venv/bin/python tools/run_demo.py --quick --only alpha</code>" in page
     assert "<code>.venv/bin/python -m alpha demo --quick</code>" in page
     assert "section wall time" not in page  # a time is not a check; it shows in the headline
+
+
+def test_a_full_run_says_first_how_long_it_takes_and_what_it_caches(
+    run_demo_module, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("INFERENCE_PIPELINE_CACHE", str(tmp_path))  # an empty cache
+    plan = run_demo_module.cache_plan(["minigrad", "inference_pipeline"], quick=False)
+    first = run_demo_module.WARM_MINUTES + sum(run_demo_module.FIRST_RUN_MINUTES.values())
+    assert plan.startswith(f"About {first} minutes") and str(tmp_path) in plan
+    assert "MiniLM" in plan and "GPT" in plan and "later runs reuse them" in plan
+    assert run_demo_module.cache_plan(["inference_pipeline"], quick=True) == ""
+    assert run_demo_module.cache_plan(["minigrad"], quick=False) == ""

@@ -36,17 +36,23 @@ def _settings(args: argparse.Namespace):
     torch.set_num_threads(1)
 
     try:
-        return TrainSettings(seconds=args.seconds)
+        return TrainSettings(steps=args.steps, seconds=args.seconds)
     except ValueError as exc:
         raise BadInput(str(exc)) from exc
 
 
-def _add_seconds(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+def _add_budget(parser: argparse.ArgumentParser) -> None:
+    """The training budget names the checkpoint (its cache key), so every command takes it."""
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument(
+        "--steps",
+        type=int,
+        help="training budget in optimizer steps: the same model on any machine (default 1200)",
+    )
+    budget.add_argument(
         "--seconds",
         type=float,
-        default=900.0,
-        help="training time budget in seconds (part of the checkpoint's cache key; default 900)",
+        help="training budget in wall-clock seconds instead (what it trains depends on the CPU)",
     )
 
 
@@ -149,12 +155,12 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train-gpt", help="train (or load the cached) byte-level GPT")
-    _add_seconds(p)
+    _add_budget(p)
     p.add_argument("--retrain", action="store_true", help="train even if the checkpoint exists")
     p.set_defaults(run=_command(run_train))
 
     p = subparsers.add_parser("export-gpt", help="export the GPT with an explicit KV cache")
-    _add_seconds(p)
+    _add_budget(p)
     p.add_argument(
         "--repository", type=Path, help="also write a generation model folder into this repository"
     )
@@ -164,7 +170,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_command(run_export))
 
     p = subparsers.add_parser("gate-gpt", help="cache-equality and INT8 gates for the GPT")
-    _add_seconds(p)
+    _add_budget(p)
     p.add_argument("--prompts", type=int, default=50)
     p.add_argument("--new-tokens", type=int, default=48)
     p.add_argument("--json", type=Path, help="write the gate results here")
@@ -172,7 +178,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("generate", help="stream a continuation of PROMPT")
     p.add_argument("prompt")
-    _add_seconds(p)
+    _add_budget(p)
     p.add_argument("--max-new-tokens", type=int, default=120)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-k", type=int, default=0)

@@ -22,7 +22,7 @@ import threading
 import time
 import urllib.request
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 LABELS = ("business", "entertainment", "politics", "sport", "tech")
@@ -345,3 +345,26 @@ def infer_json(url: str, model: str, texts: list[str], timeout_s: float = 10.0, 
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"{}")
+
+
+def metric(url: str, pattern: str) -> float:
+    """The value of the first /metrics sample matching ``pattern`` (a regex), 0 if none."""
+    import re
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    found = re.search(pattern + r" ([0-9.e+-]+)", text)
+    return float(found.group(1)) if found else 0.0
+
+
+def queue_size_metric(model: str) -> str:
+    """The /metrics pattern of ``model``'s queue length."""
+    return r'inference_queue_size\{model="' + model + r'"\}'
+
+
+def wait_until(condition: Callable[[], object], what: str, limit_s: float = 60.0) -> None:
+    """Poll ``condition`` until it holds: a guard against a hang, not a speed requirement."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} never happened"
+        time.sleep(0.01)

@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 
+import inference_pipeline.serving.batcher as batcher_module
 import pytest
 from inference_pipeline.serving.batcher import (
     BatcherClosedError,
@@ -55,45 +56,70 @@ async def occupy(batcher: DynamicBatcher, model: FakeModel) -> asyncio.Task:
     return task
 
 
-def test_queue_delay_counts_from_the_oldest_request():
-    delay_s, second_at_s = 0.5, 0.25
+class FrozenClock:
+    """The batcher's clock, moved only by the test: a queue delay can expire only when the
+    test says so, so what the batcher does is decided by its rules, not by how busy the
+    machine is."""
 
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    @staticmethod
+    def perf_counter() -> float:
+        return time.perf_counter()
+
+
+@pytest.fixture
+def clock(monkeypatch) -> FrozenClock:
+    frozen = FrozenClock()
+    monkeypatch.setattr(batcher_module, "time", frozen)
+    return frozen
+
+
+async def until_queued(batcher: DynamicBatcher, requests: int) -> None:
+    while batcher.queued_requests < requests:
+        await asyncio.sleep(0.001)
+
+
+def test_queue_delay_counts_from_the_oldest_request(clock):
     async def scenario():
         model = FakeModel()
-        batcher = await started_batcher(
-            model, max_batch_size=8, max_queue_delay_us=int(delay_s * 1e6)
-        )
-        begin = time.monotonic()
+        batcher = await started_batcher(model, max_batch_size=8, max_queue_delay_us=1_000_000)
         first = asyncio.create_task(batcher.submit("a"))
-        await asyncio.sleep(second_at_s)
+        await until_queued(batcher, 1)
+        clock.now += 0.9
         second = asyncio.create_task(batcher.submit("b"))
+        await until_queued(batcher, 2)
+        await asyncio.sleep(0.02)  # the scheduler looks at the queue: 0.9 s < the 1 s delay
+        waiting = (list(model.batches), batcher.queued_requests)
+        # 1.5 s after "a", 0.6 s after "b": only a delay counted from "a" has expired. Counted
+        # from "b" the batcher would wait for a clock that never moves (run()'s timeout fails).
+        clock.now += 0.6
         assert await first == "out-a" and await second == "out-b"
-        elapsed = time.monotonic() - begin
         await batcher.close()
-        return model.batches, elapsed
+        return waiting, model.batches
 
-    batches, elapsed = run(scenario())
+    waiting, batches = run(scenario())
+    assert waiting == ([], 2)
     assert batches == [["a", "b"]]
-    # Counted from "a": dispatch at 0.5 s. Counted from "b" it would be 0.75 s at the earliest
-    # (sleeps only ever run late), so the upper bound leaves a loaded machine 250 ms of slack.
-    assert delay_s - 0.01 <= elapsed < second_at_s + delay_s
 
 
-def test_preferred_batch_size_dispatches_without_waiting():
+def test_preferred_batch_size_dispatches_without_waiting(clock):
     async def scenario():
         model = FakeModel()
         batcher = await started_batcher(
             model, max_batch_size=8, preferred_batch_sizes=(3,), max_queue_delay_us=5_000_000
         )
-        begin = time.monotonic()
+        # the clock never moves: only the preferred size can dispatch these
         results = await asyncio.gather(*(batcher.submit(i) for i in range(3)))
-        elapsed = time.monotonic() - begin
         await batcher.close()
-        return model.batches, results, elapsed
+        return model.batches, results
 
-    batches, results, elapsed = run(scenario())
+    batches, results = run(scenario())
     assert batches == [[0, 1, 2]] and results == ["out-0", "out-1", "out-2"]
-    assert elapsed < 1.0  # the 5 s delay was not waited
 
 
 def test_max_batch_size_and_multi_row_requests():
@@ -121,19 +147,20 @@ def test_full_queue_rejects_at_once_and_accepted_work_completes():
         batcher = await started_batcher(model, max_batch_size=2, max_queue_size=3)
         blocker = await occupy(batcher, model)
         accepted = [asyncio.create_task(batcher.submit(i)) for i in range(3)]
-        await asyncio.sleep(0.01)
-        begin = time.monotonic()
+        await until_queued(batcher, 3)
+        # rejected while the only instance is still blocked: a submit that waited for room
+        # would never return (the gate opens only after it)
         with pytest.raises(QueueFullError, match="queue full"):
             await batcher.submit("one too many")
-        reject_s = time.monotonic() - begin
+        state = (list(model.batches), batcher.queued_requests)
         model.gate.set()
         results = await asyncio.gather(blocker, *accepted)
         await batcher.close()
-        return results, reject_s
+        return results, state
 
-    results, reject_s = run(scenario())
+    results, state = run(scenario())
+    assert state == ([], 3)
     assert results == ["out-blocker", "out-0", "out-1", "out-2"]
-    assert reject_s < 0.5  # immediate; the accepted ones wait for a blocked instance
 
 
 def test_timeout_while_queued_and_priority_order():
@@ -210,13 +237,13 @@ def test_model_error_reaches_every_request_of_the_batch_only():
     assert results[3] == "out-after"
 
 
-def test_close_finishes_accepted_requests_then_refuses():
+def test_close_finishes_accepted_requests_then_refuses(clock):
     async def scenario():
         model = FakeModel()
         batcher = await started_batcher(model, max_batch_size=2, max_queue_delay_us=10_000_000)
         tasks = [asyncio.create_task(batcher.submit(i)) for i in range(5)]
-        await asyncio.sleep(0.01)
-        await batcher.close()  # must not wait the 10 s delay
+        await asyncio.sleep(0)  # every task has submitted its request
+        await batcher.close()  # the clock never moves: a close that waited the delay hangs
         with pytest.raises(BatcherClosedError):
             await batcher.submit("late")
         return await asyncio.gather(*tasks)

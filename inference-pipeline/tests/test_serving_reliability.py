@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 import signal
 import socket
 import threading
-import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,12 +15,14 @@ import pytest
 from inference_pipeline.serving.models import load_repository
 from inference_pipeline_harness.serving_fixtures import (
     TINY_MODEL,
-    SlowModel,
     infer_json,
+    metric,
+    queue_size_metric,
     sample_texts,
     server_process,
     threaded_server,
     tiny_repository,
+    wait_until,
 )
 
 
@@ -34,13 +34,6 @@ def alone(model, text: str) -> np.ndarray:
 def logits_of(answer: dict) -> np.ndarray:
     tensor = next(o for o in answer["outputs"] if o["name"] == "logits")
     return np.array(tensor["data"], dtype=np.float32).reshape(tensor["shape"])
-
-
-def metric(url: str, pattern: str) -> float:
-    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    found = re.search(pattern + r" ([0-9.e+-]+)", text)
-    return float(found.group(1)) if found else 0.0
 
 
 def test_concurrent_mixed_length_clients_match_running_alone():
@@ -56,39 +49,64 @@ def test_concurrent_mixed_length_clients_match_running_alone():
     assert batches < len(texts)  # requests really were batched together
 
 
+class GatedModel:
+    """A served model whose batches wait for ``gate``: while it is closed the one instance is
+    busy, so what the server does meanwhile (queue, reject, drop) is decided by its rules."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+        self.gate = threading.Event()
+        self.batches: list[int] = []  # rows of every batch that started
+        self.lock = threading.Lock()
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def run_batch(self, instance: int, batch: list) -> list:
+        with self.lock:
+            self.batches.append(len(batch))
+        assert self.gate.wait(timeout=30), "the test never opened the gate"
+        return self._inner.run_batch(instance, batch)
+
+
+QUEUE = queue_size_metric(TINY_MODEL)
+
+
 def test_burst_beyond_queue_limit_gets_fast_rejects_and_every_accepted_answer():
     (model,) = load_repository(tiny_repository(), {"max_queue_size": 4, "max_batch_size": 2})
-    slow = SlowModel(model, 0.2)
+    gated = GatedModel(model)
     texts = sample_texts(40, seed=4)
-    with threaded_server([slow]) as (url, _):
-
-        def call(text: str):
-            begin = time.perf_counter()
-            status, answer = infer_json(url, TINY_MODEL, [text])
-            return status, answer, time.perf_counter() - begin
-
-        with ThreadPoolExecutor(40) as pool:
-            results = list(pool.map(call, texts))
+    with threaded_server([gated]) as (url, _), ThreadPoolExecutor(40) as pool:
+        futures = [pool.submit(infer_json, url, TINY_MODEL, [t]) for t in texts]
+        # the instance is held busy: every request is either running, queued (4), or answered
+        # at once with a reject. Rejects that waited for room would never come back.
+        wait_until(lambda: gated.batches and metric(url, QUEUE) == 4, "a full queue")
+        wait_until(
+            lambda: sum(f.done() for f in futures) == len(texts) - 4 - gated.batches[0],
+            "every reject",
+        )
+        early = [f.result() for f in futures if f.done()]
+        gated.gate.set()
+        results = [f.result() for f in futures]
         with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=5) as response:
             assert response.status == 200
+    assert {status for status, _ in early} == {503}
+    assert all("queue full" in answer["error"] for _, answer in early)
     accepted = [(t, r) for t, r in zip(texts, results, strict=True) if r[0] == 200]
-    rejected = [r for r in results if r[0] != 200]
-    assert len(accepted) >= 4 and rejected
-    assert {status for status, _, _ in rejected} == {503}
-    assert all("queue full" in answer["error"] for _, answer, _ in rejected)
-    # a reject costs no queueing: a fraction of what accepted requests waited (>= one 200 ms
-    # batch each); not an absolute bound, the shared machine's thread scheduling varies
-    reject_s = np.median([seconds for _, _, seconds in rejected])
-    assert reject_s < 0.5 * np.median([r[2] for _, r in accepted])
-    for text, (_, answer, _) in accepted:
+    assert len(accepted) == 4 + gated.batches[0] == len(texts) - len(early)
+    for text, (_, answer) in accepted:
         np.testing.assert_allclose(logits_of(answer)[0], alone(model, text), atol=1e-4)
 
 
 def test_client_disconnect_does_not_break_the_batch():
-    (model,) = load_repository(tiny_repository(), {"max_queue_delay_us": 300_000})
+    (model,) = load_repository(tiny_repository(), {"max_batch_size": 4})
+    gated = GatedModel(model)
     texts = sample_texts(3, seed=5)
-    with threaded_server([model]) as (url, _):
+    cancelled = r'inference_requests_total\{model="tiny_text",status="cancelled"\}'
+    with threaded_server([gated]) as (url, _), ThreadPoolExecutor(2) as pool:
         host, port = url.removeprefix("http://").split(":")
+        blocker = pool.submit(infer_json, url, TINY_MODEL, [texts[1]])
+        wait_until(lambda: gated.batches, "the first batch")  # the instance is now busy
         body = json.dumps(
             {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [texts[0]]}]}
         ).encode()
@@ -98,15 +116,16 @@ def test_client_disconnect_does_not_break_the_batch():
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
-        with ThreadPoolExecutor(2) as pool:
-            pending = [pool.submit(infer_json, url, TINY_MODEL, [t]) for t in texts[1:]]
-            time.sleep(0.05)
-            leaver.close()  # gone while its request waits for the batch
-            answers = [future.result() for future in pending]
-        time.sleep(0.05)
-        cancelled = metric(url, r'inference_requests_total\{model="tiny_text",status="cancelled"\}')
+        stayer = pool.submit(infer_json, url, TINY_MODEL, [texts[2]])
+        wait_until(lambda: metric(url, QUEUE) == 2, "both requests queued")
+        leaver.close()  # gone while its request waits behind the busy instance
+        wait_until(lambda: metric(url, cancelled) == 1, "the disconnect noticed")
+        gated.gate.set()
+        answers = [blocker.result(), stayer.result()]
         assert infer_json(url, TINY_MODEL, [texts[0]])[0] == 200
-    assert cancelled == 1
+        final_cancelled = metric(url, cancelled)
+    assert final_cancelled == 1
+    assert gated.batches == [1, 1, 1]  # the leaver's request never reached the model
     for text, (status, answer) in zip(texts[1:], answers, strict=True):
         assert status == 200
         np.testing.assert_allclose(logits_of(answer)[0], alone(model, text), atol=1e-4)
@@ -127,10 +146,7 @@ def test_sigterm_under_load_loses_no_accepted_request():
     with server_process(tiny_repository(), *flags) as (url, process):
         pool = ThreadPoolExecutor(16)
         queued = [pool.submit(_post, url, t) for t in texts]
-        deadline = time.monotonic() + 5
-        while metric(url, r'inference_queue_size\{model="tiny_text"\}') < len(texts):
-            assert time.monotonic() < deadline, "requests never reached the queue"
-            time.sleep(0.01)
+        wait_until(lambda: metric(url, QUEUE) == len(texts), "all requests queued")
         stop = threading.Event()
 
         def keep_loading() -> list:

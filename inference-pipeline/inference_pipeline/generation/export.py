@@ -23,6 +23,7 @@ import torch
 from torch.export import Dim
 
 from inference_pipeline.generation.model import GPT, GPTConfig
+from inference_pipeline.quiet import quiet
 
 # ONNX symbolic dimension names (the exporter's own names are s0, s1, ...).
 DIM_NAMES = {"batch": "batch", "new": "new_tokens", "past": "past_length"}
@@ -90,16 +91,17 @@ def export_onnx(model: GPT, onnx_path: Path, program_path: Path | None = None) -
     if program_path is not None:
         program_path.parent.mkdir(parents=True, exist_ok=True)
         torch.export.save(program, program_path)
-    torch.onnx.export(
-        program,
-        (),
-        str(onnx_path),
-        input_names=input_names(model.config),
-        output_names=output_names(model.config),
-        dynamo=True,
-        optimize=True,
-        verbose=False,
-    )
+    with quiet("torch.onnx._internal.exporter._registration"):  # "torchvision is not installed"
+        torch.onnx.export(
+            program,
+            (),
+            str(onnx_path),
+            input_names=input_names(model.config),
+            output_names=output_names(model.config),
+            dynamo=True,
+            optimize=True,
+            verbose=False,
+        )
     proto = onnx.load(str(onnx_path))
     _rename_dims(proto, model.config)
     onnx.checker.check_model(proto)

@@ -1,7 +1,9 @@
 """Train the byte-level GPT on BBC News article text, and cache the checkpoint outside the repo.
 
-Training is bounded by wall-clock time (the machine is shared): the learning rate follows a
-cosine schedule over the time budget, so a short budget still ends with a decayed rate.
+Training runs for a number of optimizer steps, so one commit trains the same model on any
+machine (same seed, same batches, same weights); a wall-clock budget (``seconds``) stays
+available, but what it trains depends on the machine's speed. Either way the learning rate
+follows a cosine schedule over the budget, so a short budget still ends with a decayed rate.
 """
 
 from __future__ import annotations
@@ -23,9 +25,16 @@ from inference_pipeline.generation.model import GPT, GPTConfig
 ARTICLE_SEPARATOR = b"\n\n\n"
 
 
+DEFAULT_STEPS = 1200  # about 3.5 minutes on one quiet core of the 2-core machine
+
+
 @dataclass(frozen=True)
 class TrainSettings:
-    seconds: float = 900.0
+    """``steps`` (deterministic) or ``seconds`` (a wall-clock budget): give at most one;
+    with neither, ``DEFAULT_STEPS`` steps."""
+
+    steps: int | None = None
+    seconds: float | None = None
     batch_size: int = 8
     window: int = 256  # bytes per training window (the model's context)
     peak_lr: float = 3e-3
@@ -37,10 +46,19 @@ class TrainSettings:
     bf16_autocast: bool = True
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.seconds) and self.seconds > 0):
+        if self.steps is not None and self.seconds is not None:
+            raise ValueError("give the training budget as steps or as seconds, not both")
+        if self.steps is None and self.seconds is None:
+            object.__setattr__(self, "steps", DEFAULT_STEPS)  # frozen: set once, here
+        if self.steps is not None and not (isinstance(self.steps, int) and self.steps >= 1):
+            raise ValueError(f"training steps must be a positive integer, got {self.steps}")
+        if self.seconds is not None and not (math.isfinite(self.seconds) and self.seconds > 0):
             raise ValueError(f"training seconds must be a positive number, got {self.seconds}")
         if self.batch_size < 1 or self.window < 2:
             raise ValueError("batch_size must be >= 1 and window >= 2")
+
+    def describe(self) -> str:
+        return f"{self.steps} steps" if self.steps is not None else f"{self.seconds:.0f} s"
 
 
 def cache_dir() -> Path:
@@ -89,7 +107,8 @@ def train(
     data: tuple[np.ndarray, np.ndarray] | None = None,
     progress: Callable[[str], None] = print,
 ) -> tuple[GPT, dict[str, float]]:
-    """Train from scratch for ``settings.seconds``; returns the model (eval mode) and a summary."""
+    """Train from scratch for ``settings.steps`` (or ``settings.seconds``); returns the model
+    (eval mode) and a summary."""
     torch.manual_seed(settings.seed)
     torch.set_num_threads(settings.threads)
     rng = np.random.default_rng(settings.seed)
@@ -99,8 +118,15 @@ def train(
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.peak_lr, weight_decay=0.1)
     start = time.perf_counter()
     step, last_report, loss = 0, start, float("nan")
-    while (elapsed := time.perf_counter() - start) < settings.seconds:
-        decay = 0.5 * (1 + math.cos(math.pi * min(1.0, elapsed / settings.seconds)))
+
+    def done_fraction(elapsed: float) -> float:  # how much of the budget is spent
+        if settings.steps is not None:
+            return step / settings.steps
+        return elapsed / settings.seconds
+
+    while (fraction := done_fraction(time.perf_counter() - start)) < 1.0:
+        elapsed = time.perf_counter() - start
+        decay = 0.5 * (1 + math.cos(math.pi * min(1.0, fraction)))
         warmup = min(1.0, (step + 1) / settings.warmup_steps)
         for group in optimizer.param_groups:
             group["lr"] = settings.peak_lr * warmup * (0.1 + 0.9 * decay)
@@ -115,8 +141,8 @@ def train(
         if time.perf_counter() - last_report > 15 or step == 1:
             last_report = time.perf_counter()
             progress(
-                f"  step {step:5d}  {elapsed:6.0f}/{settings.seconds:.0f} s  "
-                f"train loss {loss:.3f} nats/byte"
+                f"  step {step:5d}  {100 * done_fraction(elapsed):3.0f}% of "
+                f"{settings.describe()}  {elapsed:6.0f} s  train loss {loss:.3f} nats/byte"
             )
     dev_loss = held_out_loss(model, dev_data, window)
     summary = {
@@ -163,7 +189,7 @@ def trained_model(
     if path.is_file() and not retrain:
         model, summary = load_checkpoint(path)
         return model, summary, path
-    progress(f"training {config} for {settings.seconds:.0f} s -> {path}")
+    progress(f"training {config} for {settings.describe()} -> {path}")
     model, summary = train(config, settings, progress=progress)
     save_checkpoint(path, model, summary)
     return model, summary, path

@@ -6,11 +6,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+import cmake as cmake_package
+import ninja as ninja_package
 import torch
 import warp_softmax
 from warp_softmax_harness.scenarios import run_in_fresh_python
@@ -71,12 +71,13 @@ def test_package_and_load_library_do_not_register_twice():
 def test_cmake_build_loads_and_runs(tmp_path):
     # The slow test of the lab (~20 s of CPU at -O0): CMakeLists.txt with find_package(Torch),
     # built into a temp folder, loaded by path in a fresh process that never imports the package.
-    cmake, ninja = shutil.which("cmake"), shutil.which("ninja")
-    if cmake is None or ninja is None:
-        pytest.skip("needs cmake and ninja on PATH")
+    # cmake and ninja are PyPI packages in requirements.txt: their binaries, not the PATH's
+    cmake = str(Path(cmake_package.CMAKE_BIN_DIR) / "cmake")
+    ninja = str(Path(ninja_package.BIN_DIR) / "ninja")
     build = tmp_path / "build"
     configure = [
         cmake, "-S", str(LAB_DIR), "-B", str(build), "-G", "Ninja",
+        f"-DCMAKE_MAKE_PROGRAM={ninja}",
         f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
         "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
         # The build is what is checked here, not its speed: -O0 compiles in a fraction of the

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 import warp_softmax
+from torch.utils import cpp_extension
+from warp_softmax_harness.scenarios import NO_GPU_REASON
 
 LAB_DIR = Path(__file__).resolve().parent.parent
 
@@ -20,9 +22,7 @@ LAB_DIR = Path(__file__).resolve().parent.parent
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA GPU (run gpu_check.sh on one)"
-)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU_REASON)
 def test_cuda_kernels_are_used_on_gpu():
     # Rows up to 4096 run the register kernels, longer ones the looped kernels (backward: 2048);
     # ATen's own softmax kernels must not appear.
@@ -47,11 +47,21 @@ def test_cuda_kernels_are_used_on_gpu():
     assert "cunn_SoftMax" not in names and "softmax_warp_" not in names, names[:2000]
 
 
+def find_nvcc() -> str | None:
+    """nvcc on PATH, else in the toolkit torch would build with, else the newest installed."""
+    found = shutil.which("nvcc")
+    homes = [cpp_extension.CUDA_HOME] if cpp_extension.CUDA_HOME else []
+    homes += sorted(Path("/usr/local").glob("cuda*"), reverse=True)
+    for home in homes:
+        if found is None and (Path(home) / "bin" / "nvcc").is_file():
+            found = str(Path(home) / "bin" / "nvcc")
+    return found
+
+
 def test_cuda_source_compiles_with_nvcc(tmp_path):
-    nvcc = shutil.which("nvcc")
+    nvcc = find_nvcc()
     if nvcc is None:
-        pytest.skip("nvcc (the CUDA compiler) is not installed on this machine")
-    from torch.utils import cpp_extension
+        pytest.skip("needs the CUDA toolkit's nvcc (not on PATH, CUDA_HOME or /usr/local/cuda*)")
 
     include_flags = [f"-I{p}" for p in cpp_extension.include_paths()]
     if torch.version.cuda is None:

@@ -1,0 +1,101 @@
+"""The happy path of every command, run once on real artifacts, its output asserted: `build
+--quick`, `gate`, `bench --quick`, `train-gpt` at a tiny step budget, `export-gpt`,
+`gate-gpt`, `generate` (bad input for each is tested beside its module)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from inference_pipeline import repository
+from inference_pipeline.__main__ import main
+from inference_pipeline.generation.model import greedy_no_cache
+from inference_pipeline_harness.serving_fixtures import one_torch_thread
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    with one_torch_thread():
+        yield
+
+
+def test_build_quick_writes_the_same_repository_as_the_cached_quick_build(
+    quick_build, tmp_path, capsys
+) -> None:
+    assert main(["build", "--quick", "--out", str(tmp_path), "--threads", "2"]) == 0
+    out = capsys.readouterr().out
+    repo = tmp_path / "model_repository"
+    assert f"model repository: {repo}" in out
+    promoted = [v.name for v in quick_build.variants if v.promoted]
+    assert f"promoted ({len(promoted)}/{len(quick_build.variants)}): " in out
+    # the build is deterministic given its settings and code: the same variants pass, on the
+    # same gate data, with the same reference
+    fresh, cached = repository.read_manifest(repo), repository.read_manifest(quick_build.repository)
+    assert [e["name"] for e in fresh["variants"] if e["promoted"]] == promoted
+    assert fresh["gate_data"] == cached["gate_data"]
+    for name in promoted:
+        assert (repo / name / "1" / "model.onnx").is_file()
+
+
+def test_gate_re_runs_every_gate_of_the_quick_build(quick_build, capsys) -> None:
+    assert main(["gate", str(quick_build.repository), "--threads", "1"]) == 0
+    promoted = sum(v.promoted for v in quick_build.variants)
+    out = capsys.readouterr().out
+    assert f"{promoted}/{promoted} promoted variants pass every gate" in out
+
+
+def test_bench_quick_times_every_promoted_variant(quick_build, tmp_path, capsys) -> None:
+    png = tmp_path / "bench.png"
+    argv = ["bench", str(quick_build.repository), "--quick", "--threads", "1", "--plot", str(png)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    for variant in quick_build.variants:
+        if variant.promoted and variant.recipe.timed_on_cpu:
+            assert variant.name in out, variant.name
+    assert png.stat().st_size > 10_000
+    table = json.loads(png.with_suffix(".json").read_text())
+    assert table  # the same rows, machine-readable
+
+
+def test_train_gpt_at_a_tiny_step_budget(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("INFERENCE_PIPELINE_CACHE", str(tmp_path))
+    assert main(["train-gpt", "--steps", "3", "--retrain"]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out[out.index("{") : out.index("}") + 1])
+    assert summary["steps"] == 3 and summary["bytes_seen"] == 3 * 8 * 256
+    checkpoint = next(line for line in out.splitlines() if line.startswith("checkpoint: "))
+    assert checkpoint.removeprefix("checkpoint: ").startswith(str(tmp_path))
+    assert "sample (greedy): The government said" in out
+
+
+def test_export_gpt_writes_the_graphs_and_a_generation_folder(quick_gpt, tmp_path, capsys):
+    steps = ["--steps", str(quick_gpt.summary["steps"])]
+    assert main(["export-gpt", *steps, "--repository", str(tmp_path), "--int8"]) == 0
+    out = capsys.readouterr().out
+    for path in (quick_gpt.files.onnx_fp32, quick_gpt.files.onnx_int8, quick_gpt.files.program):
+        assert str(path) in out
+    assert "tokens           ['batch', 'new_tokens']" in out
+    assert (tmp_path / "bbc_gpt").is_dir() and "generation model folder:" in out
+
+
+def test_gate_gpt_passes_on_the_quick_gpt(quick_gpt, tmp_path, capsys) -> None:
+    report = tmp_path / "gates.json"
+    steps = ["--steps", str(quick_gpt.summary["steps"])]
+    argv = ["gate-gpt", *steps, "--prompts", "4", "--new-tokens", "8"]
+    assert main([*argv, "--json", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("[PASS]") == 3 and "[FAIL]" not in out
+    *gates, figures = json.loads(report.read_text())
+    assert [g["passed"] for g in gates] == [True, True, True]
+    assert figures["ppl_increase"] != 0.0  # the real INT8 graph against FP32
+
+
+def test_generate_streams_the_greedy_continuation(quick_gpt, capsys) -> None:
+    prompt = "The government said"
+    steps = ["--steps", str(quick_gpt.summary["steps"])]
+    argv = ["generate", prompt, *steps, "--max-new-tokens", "10"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    expected = bytes(greedy_no_cache(quick_gpt.model, prompt.encode(), 10))
+    assert out.startswith(prompt + expected.decode("utf-8", "replace"))
+    assert "[finish: length, 10 tokens]" in out

@@ -1,0 +1,181 @@
+"""The quick build's real artifacts (conftest's ``quick_build``): its INT8 variants pass their
+gates, a broken INT8 graph is refused, the served MiniLM answers equal PyTorch's logits over
+HTTP, and SIGTERM under load loses nothing on the real model."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from inference_pipeline import repository
+from inference_pipeline.gates import GATES, Evaluation, GateSet, apply_gates, evaluate
+from inference_pipeline.model import torch_outputs
+from inference_pipeline.quantize import primary_recipes, recipe
+from inference_pipeline.runtime import make_session, session_runner
+from inference_pipeline.serving.models import load_repository
+from inference_pipeline.tokenization import TextTokenizer
+from inference_pipeline_harness.scenarios import zero_weight
+from inference_pipeline_harness.serving_fixtures import (
+    infer_json,
+    metric,
+    one_torch_thread,
+    queue_size_metric,
+    sample_texts,
+    server_process,
+    threaded_server,
+    wait_until,
+)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    with one_torch_thread():
+        yield
+
+
+def by_precision(result, precision: str) -> list:
+    return [v for v in result.variants if v.precision == precision]
+
+
+def test_every_recipe_was_built_and_gated(quick_build) -> None:
+    built = [v.recipe for v in quick_build.variants]
+    for row in primary_recipes():  # each primary row, or the fallback that replaced it
+        assert row in built or (row.fallback and recipe(row.fallback) in built), row.name
+    for variant in quick_build.variants:
+        assert variant.gates is not None, variant.name
+        assert len(variant.gates.results) == len(variant.recipe.gates), variant.name
+
+
+def test_int8_dynamic_and_static_pass_their_gates(quick_build) -> None:
+    int8 = by_precision(quick_build, "int8")
+    methods = {v.recipe.method for v in int8}
+    assert methods == {"int8_dynamic", "int8_static"}
+    for variant in int8:
+        failed = [r.describe() for r in variant.gates.failed]
+        assert variant.promoted, f"{variant.name} refused: {failed}"
+        assert (quick_build.repository / variant.name / "1" / "model.onnx").is_file()
+    manifest = repository.read_manifest(quick_build.repository)
+    promoted = {e["name"] for e in manifest["variants"] if e["promoted"]}
+    assert {v.name for v in int8} <= promoted
+
+
+def test_a_broken_int8_graph_is_refused(quick_build, tmp_path) -> None:
+    repo = quick_build.repository
+    gate_set = GateSet.load(repo / repository.GATE_SET)
+    reference = Evaluation.load(repo / repository.GATE_REFERENCE)
+    tokenizer = TextTokenizer.from_checkpoint()
+    variant = next(v for v in by_precision(quick_build, "int8") if v.promoted)
+    graph = repo / variant.name / "1" / "model.onnx"
+    broken = zero_weight(graph, tmp_path / "broken.onnx")  # the topic head's weights lost
+    candidate = evaluate(session_runner(make_session(broken, 1)), tokenizer, gate_set)
+    report = apply_gates(variant.name, variant.recipe.gates, candidate, reference, gate_set)
+    assert not report.passed
+    failed = {r.name for r in report.failed}
+    assert any("argmax" in name or "accuracy" in name for name in failed), failed
+    # the intact graph, gated the same way, passes: the failure is the edit's
+    intact = evaluate(session_runner(make_session(graph, 1)), tokenizer, gate_set)
+    assert apply_gates(variant.name, variant.recipe.gates, intact, reference, gate_set).passed
+
+
+def logits_and_embedding(answer: dict) -> tuple[np.ndarray, np.ndarray]:
+    found = {}
+    for output in answer["outputs"]:
+        if output["name"] in ("logits", "embedding"):
+            found[output["name"]] = np.array(output["data"], np.float32).reshape(output["shape"])
+    return found["logits"], found["embedding"]
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+
+
+def test_served_minilm_answers_equal_pytorch_over_http(quick_build, quick_trained) -> None:
+    # the held-out texts the gates certified, one per request, each answer against PyTorch
+    # on that text alone
+    repo = quick_build.repository
+    texts = GateSet.load(repo / repository.GATE_SET).texts
+    tokenizer = TextTokenizer.from_checkpoint()
+    eager = quick_trained.classifier("sdpa")
+    expected = [torch_outputs(eager, tokenizer.encode([t])) for t in texts]
+    want = np.concatenate([e[0] for e in expected])
+    want_embedding = np.concatenate([e[1] for e in expected])
+    models = load_repository(repo, threads=1)
+    precision = {v.name: v.precision for v in quick_build.variants if v.promoted}
+    assert {m.name for m in models} == set(precision)
+    with threaded_server(models) as (url, _), ThreadPoolExecutor(8) as pool:
+        for model in models:
+            if precision[model.name] == "int8":  # one at a time: dynamic INT8 scales per batch
+                answers = [infer_json(url, model.name, [t]) for t in texts]
+            else:  # concurrent: the batcher pads them together, FP32/FP16 must not care
+                answers = list(pool.map(lambda t, m=model.name: infer_json(url, m, [t]), texts))
+            assert all(status == 200 for status, _ in answers), model.name
+            got = [logits_and_embedding(a) for _, a in answers]
+            logits = np.concatenate([g[0] for g in got])
+            embedding = np.concatenate([g[1] for g in got])
+            if precision[model.name] == "fp32":
+                np.testing.assert_allclose(logits, want, atol=GATES.fp32_max_abs_logit_diff)
+            elif precision[model.name] == "fp16":
+                np.testing.assert_allclose(logits, want, atol=GATES.fp16_max_abs_logit_diff)
+            else:
+                # the INT8 gate on a text alone is the embedding's cosine (its argmax gate runs
+                # on padded batches); and serving adds nothing: the answer is the graph's own
+                worst = cosine(embedding, want_embedding).min()
+                assert worst >= GATES.reduced_alone_vs_batch_min_cosine, (model.name, worst)
+                assert worst >= GATES.reduced_min_embedding_cosine, (model.name, worst)
+                graph = session_runner(make_session(repo / model.name / "1" / "model.onnx", 1))
+                alone = [graph(tokenizer.encode([t])) for t in texts]
+                np.testing.assert_allclose(logits, np.concatenate([a[0] for a in alone]), atol=1e-4)
+
+
+def test_sigterm_under_load_on_the_minilm_repository_loses_no_accepted_request(
+    quick_build, quick_trained
+) -> None:
+    name = next(v.name for v in quick_build.variants if v.promoted and v.precision == "fp32")
+    texts = sample_texts(8, seed=12)
+    tokenizer = TextTokenizer.from_checkpoint()
+    eager = quick_trained.classifier("sdpa")
+    flags = ["--max-queue-delay-us", "30000000", "--preferred-batch-size", "32"]
+    flags += ["--max-batch-size", "32", "--threads", "1"]
+    with server_process(quick_build.repository, *flags) as (url, process):
+        pool = ThreadPoolExecutor(12)
+        queued = [pool.submit(infer_json, url, name, [t], 60) for t in texts]
+        wait_until(
+            lambda: metric(url, queue_size_metric(name)) == len(texts), "all requests queued"
+        )
+        stop = threading.Event()
+
+        def keep_loading() -> list:
+            results = []
+            while not stop.is_set() and len(results) < 50:
+                try:
+                    results.append(infer_json(url, name, [texts[0]], 60))
+                except OSError as exc:  # refused or reset: never accepted
+                    results.append(type(exc).__name__)
+            return results
+
+        loaders = [pool.submit(keep_loading) for _ in range(2)]
+        process.send_signal(signal.SIGTERM)
+        answers = [future.result(timeout=120) for future in queued]
+        exit_code = process.wait(timeout=120)
+        stop.set()
+        background = [r for future in loaders for r in future.result(timeout=120)]
+        pool.shutdown()
+        log_lines = process.stderr.read().splitlines()
+    assert exit_code == 0
+    for text, (status, answer) in zip(texts, answers, strict=True):
+        assert status == 200
+        want, _ = torch_outputs(eager, tokenizer.encode([text]))
+        got, _ = logits_and_embedding(answer)
+        np.testing.assert_allclose(got, want, atol=GATES.fp32_max_abs_logit_diff)
+    for result in background:
+        assert (
+            isinstance(result, str)
+            or result[0] == 200
+            or (result[0] == 503 and "shutting down" in result[1]["error"])
+        ), result
+    events = [json.loads(line)["message"] for line in log_lines if line.startswith("{")]
+    assert "shutting down" in events and "batchers drained" in events
