@@ -6,7 +6,6 @@ import http.client
 import json
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import asynccontextmanager
 
@@ -21,7 +20,7 @@ from inference_pipeline.generation.service import (
     SUCCESS,
     GenerationService,
 )
-from inference_pipeline_harness.serving_fixtures import CountingStep
+from inference_pipeline_harness.serving_fixtures import CountingStep, wait_until
 from prometheus_client import generate_latest
 
 
@@ -45,10 +44,7 @@ def server() -> Iterator[tuple[int, GenerationService]]:
     uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    for _ in range(500):
-        if uv.started:
-            break
-        time.sleep(0.01)
+    wait_until(lambda: uv.started, "the server's start")
     yield port, service
     uv.should_exit = True
     thread.join(10)
@@ -149,26 +145,21 @@ def test_client_disconnect_cancels_and_frees_blocks(server, path: str, body: dic
     conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
     if not (path.endswith("_stream") or body.get("stream")):  # nothing comes before the end
         engine = service.engine
-        deadline = time.monotonic() + 10
-        while not engine.running and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(lambda: engine.running, "the request's admission")
         conn.close()
     else:
         response = conn.getresponse()
         assert response.readline().startswith(b"data: ")
         conn.close()  # walk away mid-stream
     cache = service.engine.cache
-    for _ in range(300):
-        if cache.free_blocks == cache.num_blocks and not service.engine.running:
-            break
-        time.sleep(0.01)
-    assert cache.free_blocks == cache.num_blocks
+    wait_until(
+        lambda: cache.free_blocks == cache.num_blocks and not service.engine.running,
+        "every block freed after the disconnect",
+    )
     cache.check()
-    # it ended because the client left, not because it ran out of tokens
-    for _ in range(300):  # the route records the outcome once its stream loop ends
-        if cancelled._value.get() == cancelled_before + 1:
-            break
-        time.sleep(0.01)
+    # it ended because the client left, not because it ran out of tokens; the route records
+    # the outcome once its stream loop ends
+    wait_until(lambda: cancelled._value.get() == cancelled_before + 1, "the cancelled count")
     assert cancelled._value.get() == cancelled_before + 1
 
 
