@@ -30,7 +30,8 @@
 #
 # --dry-run runs each step at tiny sizes on the CPU and then checks the JSON (every step
 # present and ok); tools/test_gpu_check.py runs it in `make test`. Nothing is installed: the
-# packages are found through PYTHONPATH (tools/, inference-pipeline/ and phase01_common).
+# packages are found through PYTHONPATH (tools/, inference-pipeline/, framework-fundamentals/
+# and phase01_common).
 # Python packages the GPU machine lacks can travel as wheels in .whl/ (see the device notes);
 # they are installed into a temporary folder first. A step whose module is missing records
 # "skipped: <module> missing" instead of failing.
@@ -59,7 +60,7 @@ DEADLINE=$(( START + BUDGET_S - REPORT_S ))
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # What the lent machine finds: these folders and its own packages (nothing of ours installed).
 # Each Python step checks that every project package it imported lies in one of them.
-export GPU_CHECK_PYTHONPATH="$ROOT/tools:$ROOT/inference-pipeline:$ROOT/phase-01-framework-internals/common"
+export GPU_CHECK_PYTHONPATH="$ROOT/tools:$ROOT/inference-pipeline:$ROOT/framework-fundamentals:$ROOT/phase-01-framework-internals/common"
 export PYTHONPATH="$GPU_CHECK_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}"
 # The dry run measures nothing: one thread per process keeps it quick on a shared machine
 # (two threads spin against other jobs' load).

@@ -57,7 +57,9 @@ def test_continuous_batching_over_the_onnx_step_equals_the_greedy_oracle(
 ) -> None:
     model, config = quick_gpt.model, quick_gpt.model.config
     engine = ContinuousBatchingEngine(
-        OrtStep(quick_gpt.files.onnx_fp32, config, threads=1), max_batch=3, prefill_chunk=16
+        OrtStep(quick_gpt.files.onnx_fp32, config, threads=1),
+        max_num_seqs=3,
+        max_num_batched_tokens=16,
     )
     prompts = eval_prompts(held_out, count=6, max_len=70, seed=3)
     new_tokens = 12

@@ -4,11 +4,9 @@ torch.compile with and without CUDA graphs, at batch 1 and 8, sequence 128.
 ``python -m gpu_check.classifier --out FILE --budget-s N [--dry-run]``
 
 Every variant is first gated against eager FP32 (SDPA) on held-out documents with the
-pipeline's own gates (``inference_pipeline.gates.apply_gates``, thresholds ``GATES``): FP32
-variants with the FP32 gates (logits within 1e-4), FP16 with the FP16 gates (logits within
-1e-2, argmax agreement, embedding cosine, accuracy drop, a text alone vs in a batch), BF16 with
-the reduced-precision gates without the FP16 logit limit (BF16 keeps 8 mantissa bits to FP16's
-11; its logit difference is recorded all the same). Then it is timed beside the reference, in
+pipeline's own gate profiles (``inference_pipeline.gates``: ``FP32_GATES``, ``FP16_GATES``,
+``BF16_GATES``, applied by ``apply_gates`` as the CPU build applies them; the BF16 logit limit
+is 8x FP16's, BF16 keeping 3 fewer significand bits). Then it is timed beside the reference, in
 interleaved rounds (``phase01_common.timing``): p50/p90/p99 of single calls, the device
 synchronized around each (the latency a request sees), and the ratio of the medians. Variants
 run in value order (FP16 first after the reference), and a variant that the step's remaining
@@ -27,7 +25,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from inference_pipeline.gates import GATES, Evaluation, GateSet, apply_gates
+from inference_pipeline.gates import (
+    BF16_GATES,
+    FP16_GATES,
+    FP32_GATES,
+    Evaluation,
+    GateCheck,
+    GateSet,
+    apply_gates,
+)
 
 from gpu_check import minilm
 from gpu_check.common import (
@@ -111,10 +117,9 @@ class Context:
     reference_model: torch.nn.Module | None = None
 
 
-def gate_precision(dtype: str) -> str:
-    """apply_gates' precision: FP32 and FP16 have their own gates; BF16 takes the reduced
-    ones (apply_gates' INT8 set: cosine, argmax agreement, accuracy drop, alone vs batch)."""
-    return {"fp32": "fp32", "fp16": "fp16", "bf16": "int8"}[dtype]
+def gate_checks(dtype: str) -> tuple[GateCheck, ...]:
+    """The pipeline's gate profile for a compute precision, as the CPU build applies it."""
+    return {"fp32": FP32_GATES, "fp16": FP16_GATES, "bf16": BF16_GATES}[dtype]
 
 
 def outputs(model, docs: minilm.Documents, batch: int, device) -> tuple[np.ndarray, np.ndarray]:
@@ -163,12 +168,7 @@ def measure_variant(variant: Variant, context: Context) -> None:
     if variant != REFERENCE:
         candidate = evaluate(model, context.gate_docs, sizes.alone, device)  # compiles both
         report = apply_gates(
-            variant.name,
-            gate_precision(variant.dtype),
-            candidate,
-            reference,
-            context.gate_set,
-            GATES,
+            variant.name, gate_checks(variant.dtype), candidate, reference, context.gate_set
         )
         for result in report.results:
             record.add_check(
