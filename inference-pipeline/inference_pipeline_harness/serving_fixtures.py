@@ -9,7 +9,9 @@ model, so serving can be tested in about a second without the real MiniLM reposi
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -368,3 +370,69 @@ def wait_until(condition: Callable[[], object], what: str, limit_s: float = 60.0
     while not condition():
         assert time.monotonic() < deadline, f"{what} never happened"
         time.sleep(0.01)
+
+
+@dataclasses.dataclass
+class DrainUnderLoad:
+    """What a server process did with SIGTERM while requests were queued and more kept coming."""
+
+    answers: list  # the queued requests' (status, body), in order
+    background: list  # the load's answers, or the OSError name of a request never accepted
+    exit_code: int
+    events: list[str]  # the server's JSON log messages
+
+
+def sigterm_under_load(
+    url: str,
+    process: subprocess.Popen,
+    model: str,
+    queued_texts: list[str],
+    load_texts: list[str],
+    *,
+    loaders: int,
+    load_requests: int,
+    timeout_s: float,
+) -> DrainUnderLoad:
+    """Queue one request per ``queued_texts`` item, wait until the server's queue holds them
+    all, start ``loaders`` clients that keep sending ``load_texts`` (at most ``load_requests``
+    each), then SIGTERM the server and collect every outcome."""
+
+    def post(text: str) -> tuple | str:
+        try:
+            return infer_json(url, model, [text], timeout_s)
+        except OSError as exc:  # refused or reset: never accepted by the server
+            return type(exc).__name__
+
+    pool = concurrent.futures.ThreadPoolExecutor(len(queued_texts) + loaders)
+    queued = [pool.submit(post, t) for t in queued_texts]
+    wait_until(
+        lambda: metric(url, queue_size_metric(model)) == len(queued_texts), "all requests queued"
+    )
+    stop = threading.Event()
+
+    def keep_loading() -> list:
+        results: list = []
+        while not stop.is_set() and len(results) < load_requests:
+            results.append(post(load_texts[len(results) % len(load_texts)]))
+        return results
+
+    load = [pool.submit(keep_loading) for _ in range(loaders)]
+    process.send_signal(signal.SIGTERM)
+    answers = [future.result(timeout=timeout_s) for future in queued]
+    exit_code = process.wait(timeout=timeout_s)
+    stop.set()
+    background = [r for future in load for r in future.result(timeout=timeout_s)]
+    pool.shutdown()
+    lines = process.stderr.read().splitlines()
+    events = [json.loads(line)["message"] for line in lines if line.startswith("{")]
+    return DrainUnderLoad(answers, background, exit_code, events)
+
+
+def accepted_or_refused_at_the_door(result: tuple | str) -> bool:
+    """A request sent during a drain: answered, refused with 503 "shutting down", or never
+    connected (the OSError's name)."""
+    return (
+        isinstance(result, str)
+        or result[0] == 200
+        or (result[0] == 503 and "shutting down" in result[1]["error"])
+    )

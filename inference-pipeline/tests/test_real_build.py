@@ -4,9 +4,6 @@ HTTP, and SIGTERM under load loses nothing on the real model."""
 
 from __future__ import annotations
 
-import json
-import signal
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -21,14 +18,13 @@ from inference_pipeline.serving.models import load_repository
 from inference_pipeline.tokenization import TextTokenizer
 from inference_pipeline_harness.scenarios import zero_weight
 from inference_pipeline_harness.serving_fixtures import (
+    accepted_or_refused_at_the_door,
     infer_json,
-    metric,
     one_torch_thread,
-    queue_size_metric,
     sample_texts,
     server_process,
+    sigterm_under_load,
     threaded_server,
-    wait_until,
 )
 
 
@@ -163,41 +159,15 @@ def test_sigterm_under_load_on_the_minilm_repository_loses_no_accepted_request(
     flags = ["--max-queue-delay-us", "30000000", "--preferred-batch-size", "32"]
     flags += ["--max-batch-size", "32", "--threads", "1"]
     with server_process(quick_build.repository, *flags) as (url, process):
-        pool = ThreadPoolExecutor(12)
-        queued = [pool.submit(infer_json, url, name, [t], 60) for t in texts]
-        wait_until(
-            lambda: metric(url, queue_size_metric(name)) == len(texts), "all requests queued"
+        drain = sigterm_under_load(
+            url, process, name, texts, texts[:1], loaders=2, load_requests=50, timeout_s=120
         )
-        stop = threading.Event()
-
-        def keep_loading() -> list:
-            results = []
-            while not stop.is_set() and len(results) < 50:
-                try:
-                    results.append(infer_json(url, name, [texts[0]], 60))
-                except OSError as exc:  # refused or reset: never accepted
-                    results.append(type(exc).__name__)
-            return results
-
-        loaders = [pool.submit(keep_loading) for _ in range(2)]
-        process.send_signal(signal.SIGTERM)
-        answers = [future.result(timeout=120) for future in queued]
-        exit_code = process.wait(timeout=120)
-        stop.set()
-        background = [r for future in loaders for r in future.result(timeout=120)]
-        pool.shutdown()
-        log_lines = process.stderr.read().splitlines()
-    assert exit_code == 0
-    for text, (status, answer) in zip(texts, answers, strict=True):
+    assert drain.exit_code == 0
+    for text, (status, answer) in zip(texts, drain.answers, strict=True):
         assert status == 200
         want, _ = torch_outputs(eager, tokenizer.encode([text]))
         got, _ = logits_and_embedding(answer)
         np.testing.assert_allclose(got, want, atol=GATES.fp32_max_abs_logit_diff)
-    for result in background:
-        assert (
-            isinstance(result, str)
-            or result[0] == 200
-            or (result[0] == 503 and "shutting down" in result[1]["error"])
-        ), result
-    events = [json.loads(line)["message"] for line in log_lines if line.startswith("{")]
-    assert "shutting down" in events and "batchers drained" in events
+    for result in drain.background:
+        assert accepted_or_refused_at_the_door(result), result
+    assert {"shutting down", "batchers drained"} <= set(drain.events)

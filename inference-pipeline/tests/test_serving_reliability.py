@@ -15,11 +15,13 @@ import pytest
 from inference_pipeline.serving.models import load_repository
 from inference_pipeline_harness.serving_fixtures import (
     TINY_MODEL,
+    accepted_or_refused_at_the_door,
     infer_json,
     metric,
     queue_size_metric,
     sample_texts,
     server_process,
+    sigterm_under_load,
     threaded_server,
     tiny_repository,
     wait_until,
@@ -131,51 +133,23 @@ def test_client_disconnect_does_not_break_the_batch():
         np.testing.assert_allclose(logits_of(answer)[0], alone(model, text), atol=1e-4)
 
 
-def _post(url: str, text: str) -> tuple[int, dict] | str:
-    try:
-        return infer_json(url, TINY_MODEL, [text], timeout_s=20)
-    except OSError as exc:  # refused or reset: never accepted by the server
-        return type(exc).__name__
-
-
 def test_sigterm_under_load_loses_no_accepted_request():
     (model,) = load_repository(tiny_repository())
     texts = sample_texts(12, seed=6)
     flags = ["--max-queue-delay-us", "5000000", "--max-batch-size", "32"]
     flags += ["--preferred-batch-size", "32"]  # nothing runs before SIGTERM: all 12 queued
     with server_process(tiny_repository(), *flags) as (url, process):
-        pool = ThreadPoolExecutor(16)
-        queued = [pool.submit(_post, url, t) for t in texts]
-        wait_until(lambda: metric(url, QUEUE) == len(texts), "all requests queued")
-        stop = threading.Event()
-
-        def keep_loading() -> list:
-            results = []
-            while not stop.is_set() and len(results) < 200:
-                results.append(_post(url, texts[len(results) % len(texts)]))
-            return results
-
-        loaders = [pool.submit(keep_loading) for _ in range(3)]
-        process.send_signal(signal.SIGTERM)
-        answers = [future.result(timeout=20) for future in queued]
-        exit_code = process.wait(timeout=20)
-        stop.set()
-        background = [r for future in loaders for r in future.result(timeout=20)]
-        pool.shutdown()
-        log_lines = process.stderr.read().splitlines()
-    assert exit_code == 0
-    for text, (status, answer) in zip(texts, answers, strict=True):
+        drain = sigterm_under_load(
+            url, process, TINY_MODEL, texts, texts, loaders=3, load_requests=200, timeout_s=20
+        )
+    assert drain.exit_code == 0
+    for text, (status, answer) in zip(texts, drain.answers, strict=True):
         assert status == 200
         np.testing.assert_allclose(logits_of(answer)[0], alone(model, text), atol=1e-4)
     # background load: answered, refused at the door (503, "shutting down"), or never connected
-    for result in background:
-        assert (
-            isinstance(result, str)
-            or result[0] == 200
-            or (result[0] == 503 and "shutting down" in result[1]["error"])
-        ), result
-    events = [json.loads(line)["message"] for line in log_lines if line.startswith("{")]
-    assert "listening" in events and "shutting down" in events and "batchers drained" in events
+    for result in drain.background:
+        assert accepted_or_refused_at_the_door(result), result
+    assert {"listening", "shutting down", "batchers drained"} <= set(drain.events)
 
 
 def test_server_process_answers_and_stops_cleanly():
