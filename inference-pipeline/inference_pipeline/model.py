@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from fundamentals import finetune
 from fundamentals.finetune import FineTuneConfig
+from phase01_common.locks import exclusive
 from torch import nn
 
 from inference_pipeline.tokenization import TextTokenizer
@@ -129,8 +130,13 @@ def load_or_train(
 ) -> TrainedModel:
     """The fine-tuned model for ``settings``: from the cache, or trained and cached."""
     folder = (cache_dir or default_cache_dir()) / settings.key()
-    weights, meta_file = folder / "classifier.pt", folder / "meta.json"
+    with exclusive(folder):  # a second process needing the same fine-tune waits, then loads it
+        return _load_or_fine_tune(settings, folder, progress)
+
+
+def _load_or_fine_tune(settings: FineTuneConfig, folder: Path, progress: Progress) -> TrainedModel:
     start = time.perf_counter()
+    weights, meta_file = folder / "classifier.pt", folder / "meta.json"
     if weights.is_file() and meta_file.is_file():
         meta = json.loads(meta_file.read_text())
         model, _ = finetune.load_minilm_classifier(len(meta["label_names"]), seed=settings.seed)

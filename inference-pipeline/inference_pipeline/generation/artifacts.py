@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from phase01_common.locks import exclusive
+
 from inference_pipeline.generation.export import ExportedFiles, export_all
 from inference_pipeline.generation.model import GPT, GPTConfig
 from inference_pipeline.generation.train import TrainSettings, trained_model
@@ -30,8 +32,11 @@ def load_artifacts(
     folder = checkpoint.with_suffix("")
     files = ExportedFiles(folder / "model.onnx", folder / "model_int8.onnx", folder / "model.pt2")
     paths = (files.onnx_fp32, files.onnx_int8, files.program)
-    stale = any(not p.is_file() or p.stat().st_mtime < checkpoint.stat().st_mtime for p in paths)
-    if stale:
-        progress(f"exporting {checkpoint.name} -> {folder}/ (ONNX fp32, INT8, torch.export)")
-        files = export_all(model, folder)
+    with exclusive(folder):
+        stale = any(
+            not p.is_file() or p.stat().st_mtime < checkpoint.stat().st_mtime for p in paths
+        )
+        if stale:
+            progress(f"exporting {checkpoint.name} -> {folder}/ (ONNX fp32, INT8, torch.export)")
+            files = export_all(model, folder)
     return GeneratorArtifacts(model, summary, checkpoint, files)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from phase01_common.locks import exclusive
 
 from inference_pipeline.generation.model import GPT, GPTConfig
 
@@ -186,10 +187,11 @@ def trained_model(
     config = config or GPTConfig()
     settings = settings or TrainSettings()
     path = checkpoint_path(config, settings)
-    if path.is_file() and not retrain:
-        model, summary = load_checkpoint(path)
-        return model, summary, path
-    progress(f"training {config} for {settings.describe()} -> {path}")
-    model, summary = train(config, settings, progress=progress)
-    save_checkpoint(path, model, summary)
+    with exclusive(path):  # a second process needing it waits, then loads it
+        if path.is_file() and not retrain:
+            model, summary = load_checkpoint(path)
+            return model, summary, path
+        progress(f"training {config} for {settings.describe()} -> {path}")
+        model, summary = train(config, settings, progress=progress)
+        save_checkpoint(path, model, summary)
     return model, summary, path
