@@ -25,7 +25,6 @@ import minigrad.nn.functional as F
 import numpy as np
 from minigrad import func as mf
 from minigrad.func.jit import signature
-from minigrad.func.pytree import tree_unflatten
 from minigrad.tensor import Tensor
 
 from minigrad_harness.mlp_step import jax_loss, mlp, problem, sgd_step
@@ -168,7 +167,7 @@ def per_call_breakdown(batch: int = 64, hidden: int = 128, n: int = 2000) -> dic
         t4 = clock()
         outs = exe.outputs(results)
         t5 = clock()
-        _, state["p"] = tree_unflatten(entry.out_spec, [Tensor._wrap(o) for o in outs])
+        _, state["p"] = entry.build([Tensor._wrap(o) for o in outs])
         t6 = clock()
         _, state["p"] = jitted(state["p"], mx, my)
         t7 = clock()

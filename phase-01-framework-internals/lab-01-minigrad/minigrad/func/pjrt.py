@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from typing import Any
 
 import numpy as np
@@ -70,20 +69,13 @@ def runtime() -> Runtime:
 class DeviceView:
     """The owner of a NumPy view of one PJRT output buffer (the view's ``.base``): NumPy reads
     its ``__array_interface__``; ``buffer`` keeps the memory alive and is what
-    ``output_buffer`` hands back to XLA when this exact view (``view``, a weak reference) is
-    passed in again."""
+    ``output_buffer`` hands back to XLA when the view is passed in again."""
 
-    __slots__ = ("__array_interface__", "buffer", "view", "__weakref__")
+    __slots__ = ("__array_interface__", "buffer")
 
-    def __init__(self, buffer: Any, shape: tuple[int, ...], typestr: str) -> None:
+    def __init__(self, buffer: Any, interface: dict) -> None:
         self.buffer = buffer
-        self.__array_interface__ = {
-            "data": (buffer.unsafe_buffer_pointer(), False),
-            "shape": shape,
-            "typestr": typestr,
-            "version": 3,
-        }
-        self.view: Any = None
+        self.__array_interface__ = interface
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -95,22 +87,27 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return raw[start : start + nbytes].view(dtype)[: int(np.prod(shape))].reshape(shape)
 
 
-def to_numpy(buffer: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """A writable NumPy view of a PJRT CPU buffer (no copy)."""
-    if 0 in shape:  # an empty buffer's pointer need not be an address
-        return np.empty(shape, dtype)
-    owner = DeviceView(buffer, shape, dtype.str)
-    arr = np.asarray(owner)
-    owner.view = weakref.ref(arr)
-    return arr
+def view_of(buffer: Any, shape: tuple[int, ...], typestr: str) -> np.ndarray:
+    """A writable NumPy view of a non-empty PJRT CPU buffer (no copy); ``typestr`` is the
+    dtype as NumPy's array interface spells it (``"<f4"``). An empty buffer's pointer need
+    not be an address: ``Executable.outputs`` makes empty outputs fresh arrays instead."""
+    interface = {
+        "data": (buffer.unsafe_buffer_pointer(), False),
+        "shape": shape,
+        "typestr": typestr,
+        "version": 3,
+    }
+    return np.asarray(DeviceView(buffer, interface))
 
 
 def output_buffer(arr: np.ndarray) -> Any:
-    """The PJRT buffer ``arr`` is the whole view of (an output made by ``to_numpy``), or None."""
+    """The PJRT buffer ``arr`` is the whole view of (an output made by ``view_of``), or None.
+
+    Only ``view_of`` makes an array whose ``.base`` is a DeviceView: NumPy gives every view
+    *of* that array (a slice, a transpose, a reshape) the array itself as its base, because
+    it stops collapsing a base chain at an owner that is not an ndarray."""
     owner = arr.base
-    if type(owner) is DeviceView and owner.view() is arr:
-        return owner.buffer
-    return None
+    return owner.buffer if type(owner) is DeviceView else None
 
 
 def to_buffer(arr: np.ndarray, rt: Runtime) -> Any:
@@ -133,6 +130,9 @@ class Executable:
         )
         self.compile_seconds = time.perf_counter() - start
         self.out_types = [(tuple(s), np.dtype(d)) for s, d in out_types]
+        # what each output's view needs, worked out once: shape, NumPy typestr (None for an
+        # empty output, which gets a fresh empty array) and dtype
+        self.out_views = [(s, None if 0 in s else d.str, d) for s, d in self.out_types]
         # one result handler per output wraps XLA's buffer in an array at once (cheaper than
         # disassembling the results and wrapping each afterwards)
         self.handlers = [rt.result_handler(s, d) for s, d in self.out_types]
@@ -158,10 +158,13 @@ class Executable:
         DLPack view of a large one."""
         buffers = []
         for i, a in enumerate(arrays):
-            buf = output_buffer(a)
-            if buf is None:
-                buf = self.stage(i, a) if a.nbytes <= STAGE_BYTES else to_buffer(a, self.rt)
-            buffers.append(buf)
+            owner = a.base
+            if type(owner) is DeviceView:  # output_buffer(a), inline: the common case
+                buffers.append(owner.buffer)
+            elif a.nbytes <= STAGE_BYTES:
+                buffers.append(self.stage(i, a))
+            else:
+                buffers.append(to_buffer(a, self.rt))
         return buffers
 
     def launch(self, buffers: list[Any]) -> list[Any]:
@@ -177,8 +180,8 @@ class Executable:
     def outputs(self, results: list[Any]) -> list[np.ndarray]:
         """Writable NumPy views of the result buffers."""
         return [
-            to_numpy(r, shape, dtype)
-            for r, (shape, dtype) in zip(results, self.out_types, strict=True)
+            np.empty(shape, dtype) if typestr is None else view_of(r, shape, typestr)
+            for r, (shape, typestr, dtype) in zip(results, self.out_views, strict=True)
         ]
 
     def optimized_hlo(self) -> str:
