@@ -81,24 +81,36 @@ class _Recorded(Exception):
 
 
 def _walk(x: Any, key: list, arrays: list) -> None:
-    # exact types first (a plain Tensor, dict, tuple): one identity test each on the hot
-    # path; subclasses (a Parameter, a Tracer, a namedtuple) take the isinstance branches
+    # exact types first (a plain Tensor, dict, tuple, list), and a container's plain-Tensor
+    # children read in its own loop: a call's arguments are mostly that, and a type identity
+    # test is cheaper than a chain of isinstance tests and a recursive call per leaf.
+    # Subclasses (a Parameter, a Tracer, a namedtuple) take the isinstance branches.
     kind = type(x)
-    if kind is Tensor:
-        if x.requires_grad and grad_mode.state.enabled:
-            raise _Recorded
+    if kind is dict:
+        key.append((dict, tuple(x)))
+        children = x.values()
+    elif kind is tuple or kind is list:
+        key.append((kind, len(x)))
+        children = x
+    elif kind is Tensor and not x._requires_grad:
         a = x.data
         arrays.append(a)
         key.append((a.shape, a.dtype))
-    elif kind is dict:
-        key.append((dict, tuple(x)))
-        for child in x.values():
+        return
+    else:
+        _walk_other(x, key, arrays)
+        return
+    for child in children:
+        if type(child) is Tensor and not child._requires_grad:
+            a = child.data
+            arrays.append(a)
+            key.append((a.shape, a.dtype))
+        else:
             _walk(child, key, arrays)
-    elif kind is tuple or kind is list:
-        key.append((kind, len(x)))
-        for child in x:
-            _walk(child, key, arrays)
-    elif isinstance(x, Tensor):
+
+
+def _walk_other(x: Any, key: list, arrays: list) -> None:
+    if isinstance(x, Tensor):
         if is_tracer(x) or (x.requires_grad and grad_mode.state.enabled):
             raise _Recorded
         a = x.data

@@ -87,25 +87,12 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return raw[start : start + nbytes].view(dtype)[: int(np.prod(shape))].reshape(shape)
 
 
-def view_of(buffer: Any, shape: tuple[int, ...], typestr: str) -> np.ndarray:
-    """A writable NumPy view of a non-empty PJRT CPU buffer (no copy); ``typestr`` is the
-    dtype as NumPy's array interface spells it (``"<f4"``). An empty buffer's pointer need
-    not be an address: ``Executable.outputs`` makes empty outputs fresh arrays instead."""
-    interface = {
-        "data": (buffer.unsafe_buffer_pointer(), False),
-        "shape": shape,
-        "typestr": typestr,
-        "version": 3,
-    }
-    return np.asarray(DeviceView(buffer, interface))
-
-
 def output_buffer(arr: np.ndarray) -> Any:
-    """The PJRT buffer ``arr`` is the whole view of (an output made by ``view_of``), or None.
+    """The PJRT buffer ``arr`` is the whole view of (an output), or None.
 
-    Only ``view_of`` makes an array whose ``.base`` is a DeviceView: NumPy gives every view
-    *of* that array (a slice, a transpose, a reshape) the array itself as its base, because
-    it stops collapsing a base chain at an owner that is not an ndarray."""
+    Only ``Executable.outputs`` makes an array whose ``.base`` is a DeviceView: NumPy gives
+    every view *of* that array (a slice, a transpose, a reshape) the array itself as its
+    base, because it stops collapsing a base chain at an owner that is not an ndarray."""
     owner = arr.base
     return owner.buffer if type(owner) is DeviceView else None
 
@@ -178,11 +165,22 @@ class Executable:
         return results
 
     def outputs(self, results: list[Any]) -> list[np.ndarray]:
-        """Writable NumPy views of the result buffers."""
-        return [
-            np.empty(shape, dtype) if typestr is None else view_of(r, shape, typestr)
-            for r, (shape, typestr, dtype) in zip(results, self.out_views, strict=True)
-        ]
+        """Writable NumPy views of the result buffers (no copy): each through a DeviceView
+        whose array interface points at the buffer; an empty output (whose pointer need not
+        be an address) is a fresh empty array."""
+        views = []
+        for r, (shape, typestr, dtype) in zip(results, self.out_views, strict=True):
+            if typestr is None:
+                views.append(np.empty(shape, dtype))
+                continue
+            interface = {
+                "data": (r.unsafe_buffer_pointer(), False),
+                "shape": shape,
+                "typestr": typestr,
+                "version": 3,
+            }
+            views.append(np.asarray(DeviceView(r, interface)))
+        return views
 
     def optimized_hlo(self) -> str:
         """XLA's optimized HLO of this executable (fusions, layouts), as text."""
