@@ -126,14 +126,14 @@ class Executable:
         self.staging: dict[int, tuple[np.ndarray, Any]] = {}  # input index -> (array, buffer)
         self.lock = threading.Lock()  # the staging arrays are shared by every call
 
-    def stage(self, i: int, arr: np.ndarray) -> Any:
-        """Copy ``arr`` into input ``i``'s staging array; its PJRT buffer (a view of it)."""
+    def staging_slot(self, i: int, arr: np.ndarray) -> tuple[np.ndarray, Any]:
+        """Input ``i``'s staging array (aligned, shaped and typed as ``arr``) and its PJRT
+        buffer, a view of it: made on the first call, kept for the later ones."""
         slot = self.staging.get(i)
         if slot is None:
             staged = aligned_empty(arr.shape, arr.dtype)
             slot = self.staging[i] = (staged, to_buffer(staged, self.rt))
-        np.copyto(slot[0], arr)
-        return slot[1]
+        return slot
 
     def __call__(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         with self.lock:
@@ -144,12 +144,15 @@ class Executable:
         """The input buffers: an output view's own buffer, a staged copy of a small array, a
         DLPack view of a large one."""
         buffers = []
+        staging = self.staging
         for i, a in enumerate(arrays):
             owner = a.base
             if type(owner) is DeviceView:  # output_buffer(a), inline: the common case
                 buffers.append(owner.buffer)
             elif a.nbytes <= STAGE_BYTES:
-                buffers.append(self.stage(i, a))
+                staged, buffer = staging.get(i) or self.staging_slot(i, a)
+                staged[...] = a  # the copy XLA reads through ``buffer``
+                buffers.append(buffer)
             else:
                 buffers.append(to_buffer(a, self.rt))
         return buffers
