@@ -23,7 +23,7 @@ def interleaved_medians(
     warmup: int = 1,
     min_rounds: int = 2,
 ) -> dict[str, float]:
-    """Median ms per call of each function, run in alternating blocks until the budget
+    """Median ms per call of each function, run in interleaved blocks until the budget
     (phase01_common's interleaved loop). ``block`` is the calls per block, for all or per
     function. The warm-up calls absorb allocations, BLAS thread start, torch's dispatch
     caches and JAX's per-primitive compiles."""
