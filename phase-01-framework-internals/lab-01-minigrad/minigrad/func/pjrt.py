@@ -19,6 +19,7 @@ What one call costs beyond XLA's own work, and why it stays small:
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from typing import Any
@@ -67,15 +68,25 @@ def runtime() -> Runtime:
 
 
 class DeviceView:
-    """The owner of a NumPy view of one PJRT output buffer (the view's ``.base``): NumPy reads
-    its ``__array_interface__``; ``buffer`` keeps the memory alive and is what
-    ``output_buffer`` hands back to XLA when the view is passed in again."""
+    """The marker base of the owners of output views. An owner (``view_type``) is a ctypes
+    byte array laid over one PJRT output buffer's memory: NumPy makes the view from it through
+    the buffer protocol (with the dtype and shape given, nothing to parse), and its
+    ``buffer`` attribute keeps the PJRT buffer alive and is what ``output_buffer`` hands back
+    to XLA when the view is passed in again."""
 
-    __slots__ = ("__array_interface__", "buffer")
+    __slots__ = ()
 
-    def __init__(self, buffer: Any, interface: dict) -> None:
-        self.buffer = buffer
-        self.__array_interface__ = interface
+
+_VIEW_TYPES: dict[int, type] = {}
+
+
+def view_type(nbytes: int) -> type:
+    """The owner type of an output view of ``nbytes`` bytes (one type per size, made once)."""
+    kind = _VIEW_TYPES.get(nbytes)
+    if kind is None:
+        kind = type(f"DeviceView{nbytes}", (ctypes.c_char * nbytes, DeviceView), {})
+        _VIEW_TYPES[nbytes] = kind
+    return kind
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -94,7 +105,7 @@ def output_buffer(arr: np.ndarray) -> Any:
     every view *of* that array (a slice, a transpose, a reshape) the array itself as its
     base, because it stops collapsing a base chain at an owner that is not an ndarray."""
     owner = arr.base
-    return owner.buffer if type(owner) is DeviceView else None
+    return owner.buffer if isinstance(owner, DeviceView) else None
 
 
 def to_buffer(arr: np.ndarray, rt: Runtime) -> Any:
@@ -117,9 +128,12 @@ class Executable:
         )
         self.compile_seconds = time.perf_counter() - start
         self.out_types = [(tuple(s), np.dtype(d)) for s, d in out_types]
-        # what each output's view needs, worked out once: shape, NumPy typestr (None for an
+        # what each output's view needs, worked out once: shape, owner type (None for an
         # empty output, which gets a fresh empty array) and dtype
-        self.out_views = [(s, None if 0 in s else d.str, d) for s, d in self.out_types]
+        self.out_views = [
+            (s, None if 0 in s else view_type(int(np.prod(s)) * d.itemsize), d)
+            for s, d in self.out_types
+        ]
         # one result handler per output wraps XLA's buffer in an array at once (cheaper than
         # disassembling the results and wrapping each afterwards)
         self.handlers = [rt.result_handler(s, d) for s, d in self.out_types]
@@ -147,7 +161,7 @@ class Executable:
         staging = self.staging
         for i, a in enumerate(arrays):
             owner = a.base
-            if type(owner) is DeviceView:  # output_buffer(a), inline: the common case
+            if isinstance(owner, DeviceView):  # output_buffer(a), inline: the common case
                 buffers.append(owner.buffer)
             elif a.nbytes <= STAGE_BYTES:
                 staged, buffer = staging.get(i) or self.staging_slot(i, a)
@@ -168,21 +182,17 @@ class Executable:
         return results
 
     def outputs(self, results: list[Any]) -> list[np.ndarray]:
-        """Writable NumPy views of the result buffers (no copy): each through a DeviceView
-        whose array interface points at the buffer; an empty output (whose pointer need not
-        be an address) is a fresh empty array."""
+        """Writable NumPy views of the result buffers (no copy), each through its owner (a
+        DeviceView over the buffer's memory); an empty output (whose pointer need not be an
+        address) is a fresh empty array."""
         views = []
-        for r, (shape, typestr, dtype) in zip(results, self.out_views, strict=True):
-            if typestr is None:
+        for r, (shape, owner_type, dtype) in zip(results, self.out_views, strict=True):
+            if owner_type is None:
                 views.append(np.empty(shape, dtype))
                 continue
-            interface = {
-                "data": (r.unsafe_buffer_pointer(), False),
-                "shape": shape,
-                "typestr": typestr,
-                "version": 3,
-            }
-            views.append(np.asarray(DeviceView(r, interface)))
+            owner = owner_type.from_address(r.unsafe_buffer_pointer())
+            owner.buffer = r
+            views.append(np.ndarray(shape, dtype, owner))
         return views
 
     def optimized_hlo(self) -> str:
