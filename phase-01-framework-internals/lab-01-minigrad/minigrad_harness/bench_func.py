@@ -89,11 +89,20 @@ PER_SAMPLE_BLOCKS = {
 }
 
 
-def per_sample_table(ps: dict[str, float]) -> tuple[list[str], list[list[object]]]:
+def per_sample_table(
+    ps: dict[str, float], faults: dict[str, float] | None = None
+) -> tuple[list[str], list[list[object]]]:
+    """The per-sample table's header and rows; with ``faults`` (minor page faults per call,
+    from interleaved_medians) a column of them."""
     header = ["variant", "median ms", "/ vmap(grad)", "/ jax.jit"]
-    rows = [
-        [name, ms, ms / ps["vmap(grad)"], ms / ps["jax.jit(vmap(grad))"]] for name, ms in ps.items()
-    ]
+    if faults is not None:
+        header.append("page faults / call")
+    rows = []
+    for name, ms in ps.items():
+        row: list[object] = [name, ms, ms / ps["vmap(grad)"], ms / ps["jax.jit(vmap(grad))"]]
+        if faults is not None:
+            row.append(f"{faults[name]:.1f}")
+        rows.append(row)
     return header, rows
 
 
@@ -219,11 +228,14 @@ def run_all(quick: bool) -> dict:
     """The three benchmarks; prints the tables and returns the figures."""
     budget = 1.0 if quick else 4.0
     ps_fns = per_sample_fns()
-    ps = interleaved_medians(ps_fns, budget, max_rounds=200, block=PER_SAMPLE_BLOCKS)
+    faults: dict[str, float] = {}
+    ps = interleaved_medians(
+        ps_fns, budget, max_rounds=200, block=PER_SAMPLE_BLOCKS, faults_per_call=faults
+    )
     print()
     print_table(
         "Per-sample gradients, digits MLP (64-64-10), batch 64, float32, median ms",
-        *per_sample_table(ps),
+        *per_sample_table(ps, faults),
     )
     cache = cache_behaviour()
     print("\njit(sgd_step) compile and cache: calls in order, ms, cache entries after the call")
@@ -248,6 +260,7 @@ def run_all(quick: bool) -> dict:
     loop_ratio = ps["loop of grad"] / ps["vmap(grad)"]
     return {
         "per_sample_ms": ps,
+        "per_sample_page_faults_per_call": faults,
         "vmap_over_loop_speedup": loop_ratio,
         "cache": cache,
         "per_call_us": breakdown,
