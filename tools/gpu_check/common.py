@@ -187,8 +187,8 @@ def device_timer(device) -> Callable[[Callable[[], object]], float]:
 def time_on_device(
     calls: dict[str, Callable[[], object]], device, warmup: int, rounds: int
 ) -> Timings:
-    """Every call of ``calls`` timed in interleaved rounds (the shared loop: the order reversed
-    every other round), each sample synchronized on ``device``."""
+    """Every call of ``calls`` timed in interleaved rounds (the shared loop: orders that balance
+    each call's position and predecessor), each sample synchronized on ``device``."""
     return time_interleaved(calls, rounds=rounds, warmup=warmup, timer=device_timer(device))
 
 

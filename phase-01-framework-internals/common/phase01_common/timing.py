@@ -2,11 +2,17 @@
 
 A shared machine has slow phases. Timing variant A for a second and then variant B for a second
 charges whichever one ran during a spike; :func:`time_interleaved` instead runs a round that
-calls every variant (``block`` calls each, one timed sample per call) and repeats the round, with
-the order reversed every other round so neither side always runs first. The figures to quote are
-the medians per variant and the ratios between them, all from the same run; :meth:`Timings.drift`
-says how far the baseline's own median moved between the first and the second half of the run
-(a large drift: the load changed while it ran).
+calls every variant (``block`` calls each, one timed sample per call) and repeats the round.
+What runs just before a call matters too: a fast call right after a slow variant finds its
+caches cold. So the rounds take their orders from a balanced design (:func:`balanced_orders`,
+a Williams square): over a cycle of rounds every variant runs in every position equally often
+and right after every other variant equally often. Two variants alternate a b, b a, a b, ...;
+with four or more, no variant runs twice in a row across a round's boundary either (merely
+reversing every other round would give the first and the last variant a warm double turn each
+cycle, and the ones between never). The figures to quote are the medians per variant and the
+ratios between them, all from the same run; :meth:`Timings.drift` says how far the baseline's
+own median moved between the first and the second half of the run (a large drift: the load
+changed while it ran).
 """
 
 from __future__ import annotations
@@ -50,6 +56,24 @@ class Timings:
         return statistics.median(values[:half]), statistics.median(values[half:])
 
 
+def balanced_orders(n: int) -> list[list[int]]:
+    """The orders of one cycle of rounds for ``n`` variants (indices): a Williams square.
+
+    The first order is 0, 1, n-1, 2, n-2, ...; order i adds i to each index (mod n). Within
+    the cycle each index is in each position once and follows each other index once (for an
+    odd ``n`` that takes the n orders and their reverses, 2n in all)."""
+    first, low, high = [0], 1, n - 1
+    while low <= high:
+        first.append(low)
+        if low != high:
+            first.append(high)
+        low, high = low + 1, high - 1
+    orders = [[(v + i) % n for v in first[:n]] for i in range(n)]
+    if n % 2 == 1 and n > 1:
+        orders += [order[::-1] for order in orders]
+    return orders
+
+
 def time_interleaved(
     fns: Mapping[str, Callable[[], object]],
     *,
@@ -79,6 +103,7 @@ def time_interleaved(
             f"rounds={rounds}, block={block}, min_rounds={min_rounds}, warmup={warmup}"
         )
     names = list(fns)
+    orders = [[names[i] for i in order] for order in balanced_orders(len(names))]
     for name in names:
         for _ in range(warmup):
             fns[name]()
@@ -88,7 +113,7 @@ def time_interleaved(
     while done < rounds:
         if budget_s is not None and done >= min_rounds and time.perf_counter() - start > budget_s:
             break
-        for name in names if done % 2 == 0 else reversed(names):
+        for name in orders[done % len(orders)]:
             for _ in range(blocks[name]):
                 samples[name].append(timer(fns[name]))
         done += 1

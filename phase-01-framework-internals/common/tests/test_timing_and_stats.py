@@ -87,3 +87,23 @@ def test_percentiles_of_nothing_and_of_nan():
     assert percentiles([]) == {}
     with pytest.raises(ValueError):
         percentiles([1.0, float("nan")])
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 6])
+def test_round_orders_are_balanced_for_position_and_predecessor(n):
+    """Over one cycle of rounds each variant is in each position and right after each other
+    variant equally often (a Williams square), counted from the calls actually made."""
+    from collections import Counter
+
+    calls, make = _recorder()
+    names = [f"v{i}" for i in range(n)]
+    cycle = n if n % 2 == 0 else 2 * n
+    time_interleaved({k: make(k) for k in names}, rounds=cycle, warmup=0)
+    rounds = [calls[i : i + n] for i in range(0, len(calls), n)]
+    assert len(rounds) == cycle and all(sorted(r) == names for r in rounds)
+    positions = Counter((name, i) for r in rounds for i, name in enumerate(r))
+    assert len(positions) == n * n and len(set(positions.values())) == 1
+    follows = Counter((r[i - 1], r[i]) for r in rounds for i in range(1, n))
+    assert len(follows) == n * (n - 1) and len(set(follows.values())) == 1
+    if n >= 4:  # nobody gets a double turn across a boundary
+        assert all(calls[i] != calls[i + 1] for i in range(len(calls) - 1))

@@ -79,11 +79,30 @@ class BenchRow:
         }
 
 
+# calls per interleaved block at the small size: every variant of a fraction of a millisecond
+# runs 50 in a row (right after a slow variant the first few calls find cold caches, 2-3x
+# slower, which a training loop would not; they are all timed alike), JAX eager (each
+# primitive dispatched on its own: ~15 ms a step) 2
+SMALL_STEP_BLOCKS = {
+    "minigrad": 50,
+    "minigrad_jit": 50,
+    "jax": 2,
+    "jax_jit": 50,
+    "torch": 50,
+    "numpy": 50,
+}
+
+
 def bench_size(
-    batch: int, hidden: int, budget_s: float = 5.0, max_rounds: int = 500, block: int = 10
+    batch: int,
+    hidden: int,
+    budget_s: float = 5.0,
+    max_rounds: int = 500,
+    block: int | dict[str, int] = SMALL_STEP_BLOCKS,
 ) -> BenchRow:
-    """Median step time of each variant (see timing.interleaved_medians). The warm-up call of
-    each variant compiles the jitted ones (minigrad.jit, jax.jit) outside the timing."""
+    """Median step time of each variant (see timing.interleaved_medians); ``block``: calls
+    per block, for all or per variant. The warm-up call of each variant compiles the jitted
+    ones (minigrad.jit, jax.jit) outside the timing."""
     jit_step, jitted = minigrad_jit_step_fn(batch, hidden)
     fns = {
         "minigrad": minigrad_step_fn(batch, hidden),
@@ -141,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with threadpool_limits(args.threads):
             rows = [
-                bench_size(64, 128, budget_s=budget, max_rounds=500, block=10),
+                bench_size(64, 128, budget_s=budget, max_rounds=500),
                 bench_size(1024, 1024, budget_s=budget * 2, max_rounds=20, block=2),
             ]
             print_table(

@@ -8,7 +8,8 @@
    and jax.jit's first call beside it.
 3. Where one jit call's time goes (signature walk and cache lookup, input buffers, the
    executable's launch and run, output views, rebuilding the output tree), each part timed
-   on its own against the whole call.
+   on its own against the whole call; and how many Python functions one cache-hit call runs
+   (the training step's and jit(vmap(grad))'s), counted, not timed.
 
 Every variant runs in this one process, interleaved in short blocks (timing.py), and the
 figures are medians of single calls from this run only: the machine is shared.
@@ -16,6 +17,7 @@ figures are medians of single calls from this run only: the machine is shared.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +27,6 @@ import minigrad.nn.functional as F
 import numpy as np
 from minigrad import func as mf
 from minigrad.func.jit import signature
-from minigrad.func.pytree import tree_unflatten
 from minigrad.tensor import Tensor
 
 from minigrad_harness.mlp_step import jax_loss, mlp, problem, sgd_step
@@ -88,11 +89,20 @@ PER_SAMPLE_BLOCKS = {
 }
 
 
-def per_sample_table(ps: dict[str, float]) -> tuple[list[str], list[list[object]]]:
+def per_sample_table(
+    ps: dict[str, float], faults: dict[str, float] | None = None
+) -> tuple[list[str], list[list[object]]]:
+    """The per-sample table's header and rows; with ``faults`` (minor page faults per call,
+    from interleaved_medians) a column of them."""
     header = ["variant", "median ms", "/ vmap(grad)", "/ jax.jit"]
-    rows = [
-        [name, ms, ms / ps["vmap(grad)"], ms / ps["jax.jit(vmap(grad))"]] for name, ms in ps.items()
-    ]
+    if faults is not None:
+        header.append("page faults / call")
+    rows = []
+    for name, ms in ps.items():
+        row: list[object] = [name, ms, ms / ps["vmap(grad)"], ms / ps["jax.jit(vmap(grad))"]]
+        if faults is not None:
+            row.append(f"{faults[name]:.1f}")
+        rows.append(row)
     return header, rows
 
 
@@ -168,7 +178,7 @@ def per_call_breakdown(batch: int = 64, hidden: int = 128, n: int = 2000) -> dic
         t4 = clock()
         outs = exe.outputs(results)
         t5 = clock()
-        _, state["p"] = tree_unflatten(entry.out_spec, [Tensor._wrap(o) for o in outs])
+        _, state["p"] = entry.build([Tensor._wrap(o) for o in outs])
         t6 = clock()
         _, state["p"] = jitted(state["p"], mx, my)
         t7 = clock()
@@ -179,14 +189,53 @@ def per_call_breakdown(batch: int = 64, hidden: int = 128, n: int = 2000) -> dic
     return {k: float(np.median(v)) * 1e6 for k, v in parts.items()}
 
 
+def python_calls(fn: Callable[[], Any]) -> int:
+    """How many Python functions one call of ``fn`` runs, ``fn``'s own frame not counted
+    (``sys.setprofile`` sees every Python-level call; C functions are not counted). ``fn``
+    is called once before, so a jitted function's compile is not in the count."""
+    fn()
+    count = 0
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        nonlocal count
+        count += event == "call"
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(previous)
+    return count - 1
+
+
+def jit_python_calls(per_sample: Callable[[], Any]) -> dict[str, int]:
+    """``python_calls`` of a cache-hit call of jit(sgd_step) at (64, 128), its parameters fed
+    back from the previous step, and of the jitted per-sample gradients."""
+    x, y, w = problem(64, 128)
+    jitted = mf.jit(sgd_step)
+    state = {"p": {k: minigrad.tensor(v) for k, v in w.items()}}
+    mx, my = minigrad.tensor(x), minigrad.tensor(y)
+    _, state["p"] = jitted(state["p"], mx, my)  # compiles; the parameters are outputs now
+
+    def step() -> Any:
+        _, state["p"] = jitted(state["p"], mx, my)
+
+    return {"jit(sgd_step)": python_calls(step), "jit(vmap(grad))": python_calls(per_sample)}
+
+
 def run_all(quick: bool) -> dict:
     """The three benchmarks; prints the tables and returns the figures."""
     budget = 1.0 if quick else 4.0
-    ps = interleaved_medians(per_sample_fns(), budget, max_rounds=200, block=PER_SAMPLE_BLOCKS)
+    ps_fns = per_sample_fns()
+    faults: dict[str, float] = {}
+    ps = interleaved_medians(
+        ps_fns, budget, max_rounds=200, block=PER_SAMPLE_BLOCKS, faults_per_call=faults
+    )
     print()
     print_table(
         "Per-sample gradients, digits MLP (64-64-10), batch 64, float32, median ms",
-        *per_sample_table(ps),
+        *per_sample_table(ps, faults),
     )
     cache = cache_behaviour()
     print("\njit(sgd_step) compile and cache: calls in order, ms, cache entries after the call")
@@ -203,10 +252,17 @@ def run_all(quick: bool) -> dict:
     print("\nOne jit(sgd_step) call at (64, 128), median µs per part (each timed on its own)")
     for k, us in breakdown.items():
         print(f"  {k:>10}  {us:8.1f} µs")
+    calls = jit_python_calls(ps_fns["jit(vmap(grad))"])
+    print(
+        "  Python functions run by one cache-hit call: "
+        + ", ".join(f"{name} {n}" for name, n in calls.items())
+    )
     loop_ratio = ps["loop of grad"] / ps["vmap(grad)"]
     return {
         "per_sample_ms": ps,
+        "per_sample_page_faults_per_call": faults,
         "vmap_over_loop_speedup": loop_ratio,
         "cache": cache,
         "per_call_us": breakdown,
+        "python_calls_per_call": calls,
     }

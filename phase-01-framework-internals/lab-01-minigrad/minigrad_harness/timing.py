@@ -9,6 +9,8 @@ data warm in cache. The figures are medians of single calls from this run only.
 from __future__ import annotations
 
 import os
+import resource
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,14 +24,37 @@ def interleaved_medians(
     block: int | dict[str, int],
     warmup: int = 1,
     min_rounds: int = 2,
+    faults_per_call: dict[str, float] | None = None,
 ) -> dict[str, float]:
-    """Median ms per call of each function, run in alternating blocks until the budget
+    """Median ms per call of each function, run in interleaved blocks until the budget
     (phase01_common's interleaved loop). ``block`` is the calls per block, for all or per
     function. The warm-up calls absorb allocations, BLAS thread start, torch's dispatch
-    caches and JAX's per-primitive compiles."""
+    caches and JAX's per-primitive compiles. ``faults_per_call``, when given, is filled with
+    each function's minor page faults per timed call (memory the OS had to map in: a freed
+    buffer that went back to the OS and is touched again), counted around the same calls."""
+    faults = dict.fromkeys(fns, 0)
+    name_of = {id(fn): name for name, fn in fns.items()}
+
+    def timer(fn: Callable[[], Any]) -> float:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        start = time.perf_counter()
+        fn()
+        seconds = time.perf_counter() - start
+        faults[name_of[id(fn)]] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+        return seconds
+
     timings = time_interleaved(
-        fns, rounds=max_rounds, warmup=warmup, block=block, budget_s=budget_s, min_rounds=min_rounds
+        fns,
+        rounds=max_rounds,
+        warmup=warmup,
+        block=block,
+        budget_s=budget_s,
+        min_rounds=min_rounds,
+        timer=timer,
     )
+    if faults_per_call is not None:
+        for name, samples in timings.samples.items():
+            faults_per_call[name] = faults[name] / len(samples)
     return {name: seconds * 1e3 for name, seconds in timings.medians().items()}
 
 

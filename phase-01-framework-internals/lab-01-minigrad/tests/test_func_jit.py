@@ -219,6 +219,43 @@ def test_a_new_signature_compiles_once_and_a_known_one_is_a_lookup():
         assert entry.compile_seconds > 0 and entry.trace_seconds > 0 and entry.lower_seconds > 0
 
 
+def test_a_cache_hit_runs_without_retracing_and_a_new_shape_or_dtype_compiles_once():
+    """The per-signature fast path: the traced function's body runs only while tracing (a
+    counter in it counts traces); a known signature goes straight to its executable, a new
+    shape or a changed dtype traces and compiles once; a Parameter (a Tensor subclass, under
+    no_grad) and a plain Tensor of the same shape and dtype share an entry; the nested
+    output structure comes back as eager returns it."""
+    from minigrad.nn import Parameter
+
+    traces = []
+
+    def f(a, b):
+        traces.append((a.shape, a.dtype.name))
+        return ((a * b).sum(), [a - b]), {"twice": a * 2.0, "b": b.exp()}
+
+    g = mf.jit(f)
+    rng = np.random.default_rng(11)
+    x, y = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    x5, y5 = rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
+    calls = [(x, y, 1e-12)] * 3 + [(x5, y5, 1e-12)] * 2
+    calls += [(x.astype(np.float32), y.astype(np.float32), 1e-5)] * 2 + [(x, y, 1e-12)]
+    counts = []
+    for a, b, tol in calls:
+        ((total, (diff,)), d) = g(minigrad.tensor(a), minigrad.tensor(b))
+        ((want_total, (want_diff,)), want) = f(minigrad.tensor(a), minigrad.tensor(b))
+        traces.pop()  # the eager reference call above ran f's body once more
+        assert list(d) == ["twice", "b"] and total.data.dtype == a.dtype
+        for got, ref in ((total, want_total), (diff, want_diff), (d["twice"], want["twice"])):
+            _close(got.data, ref.data, tol, f"output at {a.shape} {a.dtype}")
+        _close(d["b"].data, want["b"].data, tol, f"exp at {a.shape} {a.dtype}")
+        counts.append((len(traces), len(g.cache)))
+    assert counts == [(1, 1)] * 3 + [(2, 2)] * 2 + [(3, 3)] * 2 + [(3, 3)]
+    assert traces == [((3, 4), "float64"), ((5, 4), "float64"), ((3, 4), "float32")]
+    with minigrad.no_grad():
+        g(Parameter(minigrad.tensor(x)), minigrad.tensor(y))
+    assert len(traces) == 3 and len(g.cache) == 3
+
+
 def test_signature_visits_leaves_in_trace_order():
     """The one walk that makes the cache key must yield the arrays in the order trace makes
     them IR inputs (tree_flatten's), dict insertion order and nested lists included."""

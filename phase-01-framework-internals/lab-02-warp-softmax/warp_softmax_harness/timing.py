@@ -51,7 +51,7 @@ def time_on_device(
     fns: dict[str, Callable[[], object]], device: str, reps: int, warmup: int
 ) -> tuple[Timings, dict[str, float]]:
     """Each fn timed on ``device`` by the shared interleaved loop (:mod:`phase01_common.timing`:
-    rounds that alternate the fns and reverse their order every other round), each sample by
+    rounds whose orders balance each fn's position and predecessor), each sample by
     :func:`time_call`; and each fn's minor page faults per timed call."""
     faults = dict.fromkeys(fns, 0)
     name_of = {id(fn): name for name, fn in fns.items()}

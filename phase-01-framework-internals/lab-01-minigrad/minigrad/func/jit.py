@@ -22,12 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from minigrad import rules
+from minigrad import grad_mode, rules
 from minigrad.func.ir import trace
 from minigrad.func.pjrt import Executable
-from minigrad.func.pytree import tree_unflatten
+from minigrad.func.pytree import tree_builder
 from minigrad.func.stablehlo import lower_ir
-from minigrad.grad_mode import is_grad_enabled
 from minigrad.tensor import Tensor
 from minigrad.tracer_base import is_tracer
 from minigrad.tracing import IR
@@ -35,8 +34,9 @@ from minigrad.tracing import IR
 
 @dataclass
 class Compiled:
-    """One cache entry: the IR, its StableHLO text, the XLA executable, and what each stage
-    of the first call took (trace, lower to StableHLO, XLA compile)."""
+    """One cache entry: the IR, its StableHLO text, the XLA executable, what each stage of
+    the first call took (trace, lower to StableHLO, XLA compile), and ``build``, which puts
+    the output Tensors back into the traced output structure. Calling it runs the program."""
 
     ir: IR
     text: str
@@ -45,6 +45,9 @@ class Compiled:
     trace_seconds: float
     lower_seconds: float
 
+    def __post_init__(self) -> None:
+        self.build = tree_builder(self.out_spec)
+
     @property
     def compile_seconds(self) -> float:
         return self.executable.compile_seconds
@@ -52,6 +55,12 @@ class Compiled:
     def optimized_hlo(self) -> str:
         """XLA's optimized HLO for this executable (fusions, layouts), as text."""
         return self.executable.optimized_hlo()
+
+    def __call__(self, arrays: list[np.ndarray]) -> Any:
+        """The outputs for these input arrays (``signature``'s), as the traced function
+        returned them: Tensors in the same containers."""
+        wrap = Tensor._wrap
+        return self.build([wrap(o) for o in self.executable(arrays)])
 
 
 def signature(args: tuple) -> tuple[tuple, list[np.ndarray]]:
@@ -72,8 +81,37 @@ class _Recorded(Exception):
 
 
 def _walk(x: Any, key: list, arrays: list) -> None:
+    # exact types first (a plain Tensor, dict, tuple, list), and a container's plain-Tensor
+    # children read in its own loop: a call's arguments are mostly that, and a type identity
+    # test is cheaper than a chain of isinstance tests and a recursive call per leaf.
+    # Subclasses (a Parameter, a Tracer, a namedtuple) take the isinstance branches.
+    kind = type(x)
+    if kind is dict:
+        key.append((dict, tuple(x)))
+        children = x.values()
+    elif kind is tuple or kind is list:
+        key.append((kind, len(x)))
+        children = x
+    elif kind is Tensor and not x._requires_grad:
+        a = x.data
+        arrays.append(a)
+        key.append((a.shape, a.dtype))
+        return
+    else:
+        _walk_other(x, key, arrays)
+        return
+    for child in children:
+        if type(child) is Tensor and not child._requires_grad:
+            a = child.data
+            arrays.append(a)
+            key.append((a.shape, a.dtype))
+        else:
+            _walk(child, key, arrays)
+
+
+def _walk_other(x: Any, key: list, arrays: list) -> None:
     if isinstance(x, Tensor):
-        if is_tracer(x) or (x.requires_grad and is_grad_enabled()):
+        if is_tracer(x) or (x.requires_grad and grad_mode.state.enabled):
             raise _Recorded
         a = x.data
         arrays.append(a)
@@ -131,8 +169,7 @@ def jit(func: Callable[..., Any]) -> Callable[..., Any]:
         entry = cache.get(key)
         if entry is None:
             entry = cache[key] = compile_for(args)
-        outs = entry.executable(arrays)
-        return tree_unflatten(entry.out_spec, [Tensor._wrap(o) for o in outs])
+        return entry(arrays)
 
     wrapped.cache = cache  # type: ignore[attr-defined]
     return wrapped

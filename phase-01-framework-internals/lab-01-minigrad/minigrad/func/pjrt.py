@@ -19,9 +19,9 @@ What one call costs beyond XLA's own work, and why it stays small:
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
-import weakref
 from typing import Any
 
 import numpy as np
@@ -68,22 +68,25 @@ def runtime() -> Runtime:
 
 
 class DeviceView:
-    """The owner of a NumPy view of one PJRT output buffer (the view's ``.base``): NumPy reads
-    its ``__array_interface__``; ``buffer`` keeps the memory alive and is what
-    ``output_buffer`` hands back to XLA when this exact view (``view``, a weak reference) is
-    passed in again."""
+    """The marker base of the owners of output views. An owner (``view_type``) is a ctypes
+    byte array laid over one PJRT output buffer's memory: NumPy makes the view from it through
+    the buffer protocol (with the dtype and shape given, nothing to parse), and its
+    ``buffer`` attribute keeps the PJRT buffer alive and is what ``output_buffer`` hands back
+    to XLA when the view is passed in again."""
 
-    __slots__ = ("__array_interface__", "buffer", "view", "__weakref__")
+    __slots__ = ()
 
-    def __init__(self, buffer: Any, shape: tuple[int, ...], typestr: str) -> None:
-        self.buffer = buffer
-        self.__array_interface__ = {
-            "data": (buffer.unsafe_buffer_pointer(), False),
-            "shape": shape,
-            "typestr": typestr,
-            "version": 3,
-        }
-        self.view: Any = None
+
+_VIEW_TYPES: dict[int, type] = {}
+
+
+def view_type(nbytes: int) -> type:
+    """The owner type of an output view of ``nbytes`` bytes (one type per size, made once)."""
+    kind = _VIEW_TYPES.get(nbytes)
+    if kind is None:
+        kind = type(f"DeviceView{nbytes}", (ctypes.c_char * nbytes, DeviceView), {})
+        _VIEW_TYPES[nbytes] = kind
+    return kind
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -95,22 +98,14 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return raw[start : start + nbytes].view(dtype)[: int(np.prod(shape))].reshape(shape)
 
 
-def to_numpy(buffer: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """A writable NumPy view of a PJRT CPU buffer (no copy)."""
-    if 0 in shape:  # an empty buffer's pointer need not be an address
-        return np.empty(shape, dtype)
-    owner = DeviceView(buffer, shape, dtype.str)
-    arr = np.asarray(owner)
-    owner.view = weakref.ref(arr)
-    return arr
-
-
 def output_buffer(arr: np.ndarray) -> Any:
-    """The PJRT buffer ``arr`` is the whole view of (an output made by ``to_numpy``), or None."""
+    """The PJRT buffer ``arr`` is the whole view of (an output), or None.
+
+    Only ``Executable.outputs`` makes an array whose ``.base`` is a DeviceView: NumPy gives
+    every view *of* that array (a slice, a transpose, a reshape) the array itself as its
+    base, because it stops collapsing a base chain at an owner that is not an ndarray."""
     owner = arr.base
-    if type(owner) is DeviceView and owner.view() is arr:
-        return owner.buffer
-    return None
+    return owner.buffer if isinstance(owner, DeviceView) else None
 
 
 def to_buffer(arr: np.ndarray, rt: Runtime) -> Any:
@@ -133,20 +128,26 @@ class Executable:
         )
         self.compile_seconds = time.perf_counter() - start
         self.out_types = [(tuple(s), np.dtype(d)) for s, d in out_types]
+        # what each output's view needs, worked out once: shape, owner type (None for an
+        # empty output, which gets a fresh empty array) and dtype
+        self.out_views = [
+            (s, None if 0 in s else view_type(int(np.prod(s)) * d.itemsize), d)
+            for s, d in self.out_types
+        ]
         # one result handler per output wraps XLA's buffer in an array at once (cheaper than
         # disassembling the results and wrapping each afterwards)
         self.handlers = [rt.result_handler(s, d) for s, d in self.out_types]
         self.staging: dict[int, tuple[np.ndarray, Any]] = {}  # input index -> (array, buffer)
         self.lock = threading.Lock()  # the staging arrays are shared by every call
 
-    def stage(self, i: int, arr: np.ndarray) -> Any:
-        """Copy ``arr`` into input ``i``'s staging array; its PJRT buffer (a view of it)."""
+    def staging_slot(self, i: int, arr: np.ndarray) -> tuple[np.ndarray, Any]:
+        """Input ``i``'s staging array (aligned, shaped and typed as ``arr``) and its PJRT
+        buffer, a view of it: made on the first call, kept for the later ones."""
         slot = self.staging.get(i)
         if slot is None:
             staged = aligned_empty(arr.shape, arr.dtype)
             slot = self.staging[i] = (staged, to_buffer(staged, self.rt))
-        np.copyto(slot[0], arr)
-        return slot[1]
+        return slot
 
     def __call__(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         with self.lock:
@@ -157,11 +158,17 @@ class Executable:
         """The input buffers: an output view's own buffer, a staged copy of a small array, a
         DLPack view of a large one."""
         buffers = []
+        staging = self.staging
         for i, a in enumerate(arrays):
-            buf = output_buffer(a)
-            if buf is None:
-                buf = self.stage(i, a) if a.nbytes <= STAGE_BYTES else to_buffer(a, self.rt)
-            buffers.append(buf)
+            owner = a.base
+            if isinstance(owner, DeviceView):  # output_buffer(a), inline: the common case
+                buffers.append(owner.buffer)
+            elif a.nbytes <= STAGE_BYTES:
+                staged, buffer = staging.get(i) or self.staging_slot(i, a)
+                staged[...] = a  # the copy XLA reads through ``buffer``
+                buffers.append(buffer)
+            else:
+                buffers.append(to_buffer(a, self.rt))
         return buffers
 
     def launch(self, buffers: list[Any]) -> list[Any]:
@@ -175,11 +182,18 @@ class Executable:
         return results
 
     def outputs(self, results: list[Any]) -> list[np.ndarray]:
-        """Writable NumPy views of the result buffers."""
-        return [
-            to_numpy(r, shape, dtype)
-            for r, (shape, dtype) in zip(results, self.out_types, strict=True)
-        ]
+        """Writable NumPy views of the result buffers (no copy), each through its owner (a
+        DeviceView over the buffer's memory); an empty output (whose pointer need not be an
+        address) is a fresh empty array."""
+        views = []
+        for r, (shape, owner_type, dtype) in zip(results, self.out_views, strict=True):
+            if owner_type is None:
+                views.append(np.empty(shape, dtype))
+                continue
+            owner = owner_type.from_address(r.unsafe_buffer_pointer())
+            owner.buffer = r
+            views.append(np.ndarray(shape, dtype, owner))
+        return views
 
     def optimized_hlo(self) -> str:
         """XLA's optimized HLO of this executable (fusions, layouts), as text."""

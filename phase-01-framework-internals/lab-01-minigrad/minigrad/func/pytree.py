@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,20 +32,44 @@ def tree_flatten(tree: Any) -> tuple[list, Any]:
     return [tree], LEAF
 
 
-def tree_unflatten(spec: Any, leaves: list) -> Any:
-    it = iter(leaves)
-    out = _build(spec, it)
-    return out
+def tree_unflatten(spec: Any, leaves: Sequence) -> Any:
+    """The structure ``spec`` (from ``tree_flatten``) rebuilt around ``leaves``, in order."""
+    return tree_builder(spec)(leaves)
 
 
-def _build(spec: Any, it: Any) -> Any:
+def tree_builder(spec: Any) -> Callable[[Sequence], Any]:
+    """A function rebuilding the structure ``spec`` around a sequence of leaves, with the walk
+    of ``spec`` done here, once: a structure rebuilt on every call (a jitted function's
+    outputs) keeps its builder. Each container becomes a closure that reads its leaves by
+    position; a container of leaves only reads them as one slice."""
+    return _builder(spec, 0)[0]
+
+
+def _builder(spec: Any, start: int) -> tuple[Callable[[Sequence], Any], int]:
+    """The builder of ``spec`` whose first leaf is ``leaves[start]``, and the index after its
+    last leaf."""
     if spec is LEAF or spec == LEAF:
-        return next(it)
-    if spec[0] is dict:
-        return {k: _build(s, it) for k, s in zip(spec[1], spec[2], strict=True)}
-    kind, specs = spec
-    children = [_build(s, it) for s in specs]
-    return tuple(children) if kind is tuple else children
+        return operator.itemgetter(start), start + 1
+    is_dict = spec[0] is dict
+    specs = spec[2] if is_dict else spec[1]
+    if all(s is LEAF or s == LEAF for s in specs):
+        stop = start + len(specs)
+        if is_dict:
+            keys = spec[1]
+            return (lambda leaves: dict(zip(keys, leaves[start:stop], strict=True))), stop
+        if spec[0] is tuple:
+            return (lambda leaves: tuple(leaves[start:stop])), stop
+        return (lambda leaves: list(leaves[start:stop])), stop
+    children = []
+    for s in specs:
+        child, start = _builder(s, start)
+        children.append(child)
+    if is_dict:
+        keys = spec[1]
+        return (lambda leaves: {k: c(leaves) for k, c in zip(keys, children, strict=True)}), start
+    if spec[0] is tuple:
+        return (lambda leaves: tuple([c(leaves) for c in children])), start
+    return (lambda leaves: [c(leaves) for c in children]), start
 
 
 def tree_map(fn: Any, tree: Any) -> Any:
