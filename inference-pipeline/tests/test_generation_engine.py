@@ -58,9 +58,8 @@ class CountingStep:
         batch, new = tokens.shape
         logits = np.zeros((batch, new, 256), dtype=np.float32)
         np.put_along_axis(logits, ((tokens + 1) % 256)[..., None], 1.0, axis=-1)
-        total = past[0].shape[2] + new
-        present = [np.zeros((batch, 1, total, 2), dtype=np.float32) for _ in past]
-        return logits, present
+        new_kv = [np.zeros((batch, 1, new, 2), dtype=np.float32) for _ in past]
+        return logits, new_kv
 
 
 def test_request_joining_mid_batch_gets_the_tokens_it_gets_alone(model: GPT) -> None:
@@ -276,14 +275,14 @@ def test_forked_sequences_copy_a_shared_block_on_write() -> None:
     cache.append(2, [9], 3 * ones[:, :, :1], 3 * ones[:, :, :1])
     cache.check()
     assert cache.copies_on_write == 1 and cache.used_blocks == 2
-    past, _ = cache.gather([1, 2])
-    np.testing.assert_array_equal(past[0][:, 0, :, 0], [[1, 1, 1, 2], [1, 1, 1, 3]])
+    keys = [cache.read(seq_id)[0] for seq_id in (1, 2)]
+    np.testing.assert_array_equal([k[0, 0, :, 0] for k in keys], [[1, 1, 1, 2], [1, 1, 1, 3]])
     assert cache.release(1) == 1 and cache.release(2) == 1
     cache.check()
     assert cache.free_blocks == 4
 
 
-def test_paged_gather_returns_what_was_appended() -> None:
+def test_paged_read_returns_what_was_appended() -> None:
     config = GPTConfig(n_layer=2, n_head=2, d_model=4, max_positions=32)
     cache = PagedKVCache(config, num_blocks=12, block_size=3)
     rng = np.random.default_rng(1)
@@ -295,15 +294,10 @@ def test_paged_gather_returns_what_was_appended() -> None:
         cache.append(seq_id, ids[:4], keys[:, :, :4], keys[:, :, :4] + 1)
         cache.append(seq_id, ids[4:], keys[:, :, 4:], keys[:, :, 4:] + 1)
         written[seq_id] = keys
-    past, lengths = cache.gather([3, 1, 2])
-    assert lengths.tolist() == [11, 7, 2] and past[0].shape == (3, 2, 12, 2)  # 4 blocks of 3
-    for row, seq_id in enumerate((3, 1, 2)):
-        n = lengths[row]
-        for layer in range(2):
-            np.testing.assert_array_equal(past[2 * layer][row, :, :n], written[seq_id][layer])
-            np.testing.assert_array_equal(
-                past[2 * layer + 1][row, :, :n], written[seq_id][layer] + 1
-            )
+    for seq_id in (3, 1, 2):
+        keys, values = cache.read(seq_id)
+        np.testing.assert_array_equal(keys, written[seq_id])
+        np.testing.assert_array_equal(values, written[seq_id] + 1)
     with pytest.raises(OutOfBlocks):
         cache.append(
             2, [0, 0], np.zeros((2, 2, 2, 2), np.float32), np.zeros((2, 2, 2, 2), np.float32)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from inference_pipeline.generation.dense_past import DensePast
 from inference_pipeline.generation.paged_cache import PagedKVCache
 from inference_pipeline.generation.requests import (
     GenerationRequest,
@@ -34,9 +35,6 @@ from inference_pipeline.generation.scheduler import SequenceState, TokenBudgetSc
 
 log = logging.getLogger(__name__)
 
-# Re-gather the decode batch from the blocks once its kept past is this many slots wider than
-# its longest sequence (holes and padding cost attention work; a gather costs two copies).
-REGATHER_SLACK = 16
 # Tokens per iteration (decodes + prefill chunks): chosen by measurement, see GENERATION.md.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 96
 
@@ -56,7 +54,6 @@ class EngineStats:
     prefill_passes: int = 0
     generated_tokens: int = 0
     prefill_tokens: int = 0
-    gathers: int = 0  # dense pasts rebuilt from the blocks
 
 
 class _Engine:
@@ -143,9 +140,11 @@ class ContinuousBatchingEngine(_Engine):
             self.cache, self._lock, max_num_seqs, max_num_batched_tokens, reserve_up_front
         )
         self._waiting = self.scheduler.waiting  # submit() appends, the scheduler pops
-        self._slots: list[int | None] = []  # sequence id of each row of the kept decode batch
-        self._dense_past: list[np.ndarray] = []
-        self._dense_mask = np.zeros((0, 0), dtype=np.int64)
+        # The blocks are the source of truth (prefix sharing, preemption); the step graph reads
+        # a dense past, kept here, one row per running sequence, appended to in place.
+        self.dense = DensePast(self.config, max_num_seqs)
+        self._row_of: dict[int, int] = {}  # sequence id -> its dense row
+        self._free_rows = list(range(max_num_seqs))
 
     @property
     def running(self) -> list[SequenceState]:
@@ -181,7 +180,6 @@ class ContinuousBatchingEngine(_Engine):
             # return) rather than leave callers waiting; the caller sees the exception.
             for seq in self.running:
                 seq.handle.finish("error")
-            self._slots, self._dense_past = [], []
             self._retire()
             raise
         self._retire()
@@ -199,108 +197,79 @@ class ContinuousBatchingEngine(_Engine):
         self._forget(gone)
 
     def _forget(self, ids: list[int]) -> None:
-        """Sequences that left the cache leave the kept decode batch too (masked holes)."""
-        if ids and self._slots:
-            self._slots = [None if s in ids else s for s in self._slots]
-            self._dense_mask[[s is None for s in self._slots]] = 0
+        """Sequences that left the cache give up their dense rows."""
+        freed = [self._row_of.pop(i) for i in ids if i in self._row_of]
+        for row in freed:
+            self.dense.clear(row)
+        if freed:
+            self._free_rows = sorted(self._free_rows + freed)
+            self.dense.fit()
 
-    def _run(self, seqs: list[SequenceState], rows: list[list[int]]) -> np.ndarray:
-        """Prefill pass: row i feeds tokens rows[i] after seqs[i]'s cached ones (a dense past
-        gathered from the blocks); stores the new keys/values in the blocks; returns logits."""
-        ids = [s.id for s in seqs]
-        past, lengths = self.cache.gather(ids)
-        width, new = past[0].shape[2], max(len(r) for r in rows)
-        tokens = np.zeros((len(rows), new), dtype=np.int64)
-        positions = np.zeros((len(rows), new), dtype=np.int64)
-        mask = np.zeros((len(rows), width + new), dtype=np.int64)
-        mask[:, :width] = np.arange(width) < lengths[:, None]
-        for i, row in enumerate(rows):
-            tokens[i, : len(row)] = row
-            positions[i] = lengths[i] + np.minimum(np.arange(new), len(row) - 1)
-            mask[i, width : width + len(row)] = 1
-        logits, present = self.step_fn(tokens, positions, mask, past)
-        new_k = np.stack([k[:, :, width:] for k in present[0::2]])  # [L, B, H, T, D]
-        new_v = np.stack([v[:, :, width:] for v in present[1::2]])
-        for i, (seq_id, row) in enumerate(zip(ids, rows, strict=True)):
-            n = len(row)
-            self.cache.append(seq_id, row, new_k[:, i, :, :n], new_v[:, i, :, :n])
-        return logits
-
-    def _dense_batch(self, ids: list[int]) -> None:
-        """Make the kept dense decode batch hold exactly ``ids``.
-
-        The blocks are the source of truth; gathering all of them costs two copies of the
-        batch's whole cache, so between passes the previous pass's present keys/values are kept
-        as the next past. A request that leaves becomes a masked hole; one that joins is copied
-        from its blocks into a hole; everything is re-gathered only when no hole is free or the
-        kept width has grown ``REGATHER_SLACK`` beyond the longest sequence."""
-        wanted = set(ids)
-        self._slots = [s if s in wanted else None for s in self._slots]
-        self._dense_mask[[s is None for s in self._slots]] = 0
-        joining = [i for i in ids if i not in self._slots]
-        holes = [row for row, s in enumerate(self._slots) if s is None]
-        width = self._dense_past[0].shape[2] if self._dense_past else 0
-        longest = max(self.cache.lengths[i] for i in ids)
-        if len(joining) > len(holes) or longest > width or width > longest + REGATHER_SLACK:
-            # room for as many joiners again (up to the running cap): joining then fills holes
-            rows = min(max(self.scheduler.max_num_seqs, len(ids)), 2 * len(ids))
-            self._dense_past, lengths = self.cache.gather(ids, rows, purpose="decode")
-            self._slots = [*ids, *([None] * (rows - len(ids)))]
-            self._dense_mask = (np.arange(self._dense_past[0].shape[2]) < lengths[:, None]).astype(
-                np.int64
-            )
-            self.stats.gathers += 1
-            return
-        for seq_id, row in zip(joining, holes, strict=False):
-            past, lengths = self.cache.gather([seq_id])
-            n = int(lengths[0])
-            for dense, part in zip(self._dense_past, past, strict=True):
-                dense[row, :, :n] = part[0, :, :n]
-            self._dense_mask[row] = np.arange(width) < n
-            self._slots[row] = seq_id
+    def _row(self, seq: SequenceState, tokens: int) -> int:
+        """The sequence's dense row with room for ``tokens`` slots. A sequence seen for the
+        first time takes the lowest free row (passes feed rows ``0 .. top``) and copies in
+        what the pool already holds for it (a prefix-cache hit)."""
+        self.dense.reserve(tokens)
+        row = self._row_of.get(seq.id)
+        if row is None:
+            row = self._row_of[seq.id] = self._free_rows.pop(0)
+            cached = self.cache.lengths.get(seq.id, 0)
+            if cached:
+                self.dense.write(row, *self.cache.read(seq.id))
+            else:
+                self.dense.clear(row)
+        return row
 
     def _decode(self, seqs: list[SequenceState]) -> None:
+        """One pass, one new token for each of ``seqs``, over the dense rows ``0 .. top``
+        (rows of sequences not decoding ride along masked; their outputs are dropped)."""
         if not seqs:
             return
-        by_id = {s.id: s for s in seqs}
-        self._dense_batch(list(by_id))
-        rows = len(self._slots)
-        width = self._dense_past[0].shape[2]
-        tokens = np.zeros((rows, 1), dtype=np.int64)
-        positions = np.zeros((rows, 1), dtype=np.int64)
-        live = np.array([s is not None for s in self._slots])
-        for row, seq_id in enumerate(self._slots):
-            if seq_id is not None:
-                tokens[row, 0] = by_id[seq_id].handle.tokens[-1]
-                positions[row, 0] = self.cache.lengths[seq_id]
-        mask = np.concatenate([self._dense_mask, live[:, None].astype(np.int64)], axis=1)
-        logits, present = self.step_fn(tokens, positions, mask, self._dense_past)
-        rows_live = [row for row, seq_id in enumerate(self._slots) if seq_id is not None]
-        self.cache.append_one_each(
-            [self._slots[row] for row in rows_live],
-            [int(tokens[row, 0]) for row in rows_live],
-            np.stack([k[rows_live, :, width] for k in present[0::2]]),
-            np.stack([v[rows_live, :, width] for v in present[1::2]]),
+        rows = np.array([self._row(s, self.cache.lengths[s.id] + 1) for s in seqs])
+        top = int(rows.max()) + 1
+        tokens = np.zeros((top, 1), dtype=np.int64)
+        tokens[rows, 0] = [s.handle.tokens[-1] for s in seqs]
+        positions = np.minimum(self.dense.lengths[:top], self.config.max_positions - 1)[:, None]
+        logits, new = self.step_fn(
+            tokens, positions, self.dense.decode_mask(top), self.dense.past(top)
         )
-        self._dense_past, self._dense_mask = present, mask
+        new_kv = np.stack([n[rows, :, 0] for n in new])  # [2L, len(seqs), H, D]
+        self.dense.append_one_each(rows, new_kv)
+        self.cache.append_one_each(
+            [s.id for s in seqs], tokens[rows, 0].tolist(), new_kv[0::2], new_kv[1::2]
+        )
         self.stats.decode_passes += 1
-        for row, seq_id in enumerate(self._slots):
-            if seq_id is not None:
-                self._emit(by_id[seq_id].handle, logits[row, 0])
+        for seq, row in zip(seqs, rows, strict=True):
+            self._emit(seq.handle, logits[row, 0])
 
     def _prefill(self, chunks: list[tuple[SequenceState, int]]) -> None:
+        """One pass over the chunks, each after its sequence's cached tokens (read from its
+        dense row); the new keys/values go to the blocks and to the row."""
         if not chunks:
             return
-        rows = []
-        for seq, count in chunks:
-            start = self.cache.lengths.get(seq.id, 0)
-            rows.append(seq.known()[start : start + count])
-        logits = self._run([seq for seq, _ in chunks], rows)
+        starts = [self.cache.lengths.get(seq.id, 0) for seq, _ in chunks]
+        rows = [self._row(seq, start + n) for (seq, n), start in zip(chunks, starts, strict=True)]
+        width, new = max(starts), max(n for _, n in chunks)
+        tokens = np.zeros((len(chunks), new), dtype=np.int64)
+        positions = np.zeros((len(chunks), new), dtype=np.int64)
+        mask = np.zeros((len(chunks), width + new), dtype=np.int64)
+        mask[:, :width] = np.arange(width) < np.array(starts)[:, None]
+        for i, ((seq, n), start) in enumerate(zip(chunks, starts, strict=True)):
+            tokens[i, :n] = seq.known()[start : start + n]
+            positions[i] = start + np.minimum(np.arange(new), n - 1)
+            mask[i, width : width + n] = 1
+        past = list(self.dense.kv[:, rows, :, :width])  # a copy of only these rows' slots
+        logits, new_kv = self.step_fn(tokens, positions, mask, past)
+        keys, values = np.stack(new_kv[0::2]), np.stack(new_kv[1::2])  # [L, B, H, T, D]
         self.stats.prefill_passes += 1
-        for i, (seq, count) in enumerate(chunks):
-            self.stats.prefill_tokens += count
+        for i, ((seq, n), start, row) in enumerate(zip(chunks, starts, rows, strict=True)):
+            self.cache.append(
+                seq.id, tokens[i, :n].tolist(), keys[:, i, :, :n], values[:, i, :, :n]
+            )
+            self.dense.write(row, keys[:, i, :, :n], values[:, i, :, :n], start)
+            self.stats.prefill_tokens += n
             if self.scheduler.remaining(seq) == 0:  # its last known token predicts the next
-                self._emit(seq.handle, logits[i, count - 1])
+                self._emit(seq.handle, logits[i, n - 1])
 
 
 class StaticBatchingEngine(_Engine):
@@ -351,28 +320,37 @@ class StaticBatchingEngine(_Engine):
             tokens[i, : len(prompt)] = list(prompt)
             positions[i] = np.minimum(np.arange(width), len(prompt) - 1)
             mask[i, : len(prompt)] = 1
-        logits, past = self.step_fn(tokens, positions, mask, empty_past(self.config, len(handles)))
+        logits, new = self.step_fn(tokens, positions, mask, empty_past(self.config, len(handles)))
         self.stats.prefill_passes += 1
         self.stats.prefill_tokens += sum(map(len, prompts))
+        # The batch's past, one row per request, appended to in place (as the continuous
+        # engine keeps it): the same step graph, the same cost per slot.
+        dense = DensePast(self.config, len(handles))
+        dense.reserve(width + 1)
+        keys, values = np.stack(new[0::2]), np.stack(new[1::2])  # [L, B, H, T, D]
+        for i, prompt in enumerate(prompts):
+            dense.write(i, keys[:, i, :, : len(prompt)], values[:, i, :, : len(prompt)])
         last = [logits[i, len(p) - 1] for i, p in enumerate(prompts)]
-        next_position = np.array([len(p) for p in prompts], dtype=np.int64)
         while True:
             for i, handle in enumerate(handles):
                 if handle.cancel_requested.is_set():
                     handle.finish("cancelled")
                 if not handle.done:
                     self._emit(handle, last[i])
-            if all(h.done for h in handles):
-                self.peak_width = max(self.peak_width, mask.shape[1])
+            live = np.array([i for i, h in enumerate(handles) if not h.done])
+            self.peak_width = max(self.peak_width, dense.width)
+            if not len(live):
                 return
             # Every row runs, finished or not: the batch is as long as its longest request.
+            # A finished row's slot idles (its past stops growing, its outputs are dropped).
+            dense.reserve(int(dense.lengths.max()) + 1)
             feed = np.array([[h.tokens[-1] if h.tokens else 0] for h in handles], dtype=np.int64)
-            mask = np.concatenate([mask, np.ones((len(handles), 1), dtype=np.int64)], axis=1)
-            # A finished row keeps running; clamp its position so it stays a valid index.
-            positions = np.minimum(next_position, self.config.max_positions - 1)[:, None]
-            logits, past = self.step_fn(feed, positions, mask, past)
+            positions = np.minimum(dense.lengths, self.config.max_positions - 1)[:, None]
+            logits, new = self.step_fn(
+                feed, positions, dense.decode_mask(len(handles)), dense.past(len(handles))
+            )
+            dense.append_one_each(live, np.stack([n[live, :, 0] for n in new]))
             self.stats.decode_passes += 1
-            next_position += 1
             last = [logits[i, 0] for i in range(len(handles))]
 
 

@@ -36,7 +36,7 @@ def input_names(config: GPTConfig) -> list[str]:
 
 
 def output_names(config: GPTConfig) -> list[str]:
-    kv = [f"present_{kind}_{i}" for i in range(config.n_layer) for kind in ("key", "value")]
+    kv = [f"new_{kind}_{i}" for i in range(config.n_layer) for kind in ("key", "value")]
     return ["logits", *kv]
 
 

@@ -1,0 +1,96 @@
+"""The dense past a step graph reads, kept per batch row and appended to in place.
+
+The step graph reads its past ``[rows, H, width, D]`` as it is and returns only the new
+tokens' keys/values (``model.py``), so the engines keep the batch's past here and write each
+new token's keys/values into its row's next slot: a decode pass costs one slot per row, not a
+copy of the whole cache.
+
+All ``2 * n_layer`` pasts live in one array ``[2L, rows, H, width, D]`` (index ``2 * layer +
+kind``, the graph's input order), so each is contiguous and so is any leading block of rows:
+``past(top)`` hands the graph the first ``top`` rows without a copy. ``width`` is the capacity,
+a multiple of ``grow`` slots; slots at or past a row's length hold stale values that ``mask``
+hides. Growing (when a row needs more slots) and shrinking (when the long rows have left)
+re-allocate and copy once; with ``grow`` slots of headroom that happens at most once per
+``grow`` tokens of the longest row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from inference_pipeline.generation.model import GPTConfig
+
+
+class DensePast:
+    def __init__(self, config: GPTConfig, rows: int, grow: int = 32) -> None:
+        if rows < 1 or grow < 1:
+            raise ValueError(f"need rows >= 1 and grow >= 1, got {rows}, {grow}")
+        self.config = config
+        self.rows = rows
+        self.grow = grow
+        self.lengths = np.zeros(rows, dtype=np.int64)  # valid slots per row
+        self.kv = np.zeros(
+            (2 * config.n_layer, rows, config.n_head, 0, config.head_dim), np.float32
+        )
+        # [rows, width + 1]: the past slots (1 = valid), then the one new token of a decode pass
+        self.mask = np.ones((rows, 1), dtype=np.int64)
+        self.resizes = 0
+
+    @property
+    def width(self) -> int:
+        return self.kv.shape[3]
+
+    def past(self, top: int) -> list[np.ndarray]:
+        """The first ``top`` rows' pasts, ``2L`` arrays ``[top, H, width, D]`` (views)."""
+        return list(self.kv[:, :top])
+
+    def decode_mask(self, top: int) -> np.ndarray:
+        """``[top, width + 1]`` mask for a one-token pass over ``past(top)`` (a view)."""
+        return self.mask[:top]
+
+    def _capacity(self, tokens: int) -> int:
+        return min(-(-tokens // self.grow) * self.grow, max(self.config.max_positions, tokens))
+
+    def reserve(self, tokens: int) -> None:
+        """Make room for ``tokens`` slots in every row (a pass writes a new token's slot too)."""
+        if tokens > self.width:
+            self._resize(self._capacity(tokens))
+
+    def fit(self) -> None:
+        """Shrink once the longest row needs ``2 * grow`` slots fewer than the capacity."""
+        needed = self._capacity(int(self.lengths.max()) + 1)
+        if needed + 2 * self.grow <= self.width:
+            self._resize(needed)
+
+    def _resize(self, width: int) -> None:
+        keep = min(width, self.width)
+        kv = np.zeros((*self.kv.shape[:3], width, self.kv.shape[4]), np.float32)
+        kv[:, :, :, :keep] = self.kv[:, :, :, :keep]
+        mask = np.zeros((self.rows, width + 1), dtype=np.int64)
+        mask[:, :keep] = self.mask[:, :keep]
+        mask[:, width] = 1
+        self.kv, self.mask = kv, mask
+        self.resizes += 1
+
+    def clear(self, row: int) -> None:
+        self.lengths[row] = 0
+        self.mask[row, : self.width] = 0
+
+    def write(self, row: int, keys: np.ndarray, values: np.ndarray, start: int = 0) -> None:
+        """Write one row's keys/values ``[L, H, T, D]`` at slots ``start .. start + T``
+        (``reserve`` first); the row's length becomes ``start + T``."""
+        end = start + keys.shape[2]
+        self.kv[0::2, row, :, start:end] = keys
+        self.kv[1::2, row, :, start:end] = values
+        self.lengths[row] = end
+        self.mask[row, :end] = 1
+        self.mask[row, end : self.width] = 0
+
+    def append_one_each(self, rows: np.ndarray, new_kv: np.ndarray) -> None:
+        """One new token per row in ``rows``, ``new_kv`` ``[2L, len(rows), H, D]``, written at
+        each row's length in one scattered assignment."""
+        slots = self.lengths[rows]
+        # kv[:, rows, :, slots] has shape [len(rows), 2L, H, D] (advanced indices first)
+        self.kv[:, rows, :, slots] = new_kv.transpose(1, 0, 2, 3)
+        self.mask[rows, slots] = 1
+        self.lengths[rows] = slots + 1
