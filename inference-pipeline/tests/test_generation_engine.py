@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from inference_pipeline.generation.dense_past import DensePast
 from inference_pipeline.generation.engine import (
     ContinuousBatchingEngine,
     QueueFull,
@@ -304,6 +305,41 @@ def test_paged_read_returns_what_was_appended() -> None:
         )
     assert cache.release(3) == 4
     cache.check()
+
+
+def test_dense_past_holds_what_was_written_through_growing_and_shrinking() -> None:
+    config = GPTConfig(n_layer=2, n_head=2, d_model=4, max_positions=40)
+    dense = DensePast(config, rows=3, grow=8)
+    rng = np.random.default_rng(3)
+    oracle = [np.zeros((4, 2, 0, 2), np.float32) for _ in range(3)]  # [2L, H, length, D]
+    widths = []
+    for _ in range(60):
+        row = int(rng.integers(3))
+        if rng.random() < 0.1:  # the row's sequence leaves; a new one starts on a prefix
+            dense.clear(row)
+            start = int(rng.integers(0, 6))
+            kv = rng.standard_normal((4, 2, start, 2)).astype(np.float32)
+            dense.reserve(start + 1)
+            dense.write(row, kv[0::2], kv[1::2])
+            oracle[row] = kv
+            dense.fit()
+        elif oracle[row].shape[2] < config.max_positions - 1:  # decode: one token per live row
+            rows = np.array([r for r in range(3) if oracle[r].shape[2] < config.max_positions])
+            dense.reserve(int(dense.lengths[rows].max()) + 1)
+            new = rng.standard_normal((4, len(rows), 2, 2)).astype(np.float32)
+            dense.append_one_each(rows, new)
+            for i, r in enumerate(rows):
+                oracle[r] = np.concatenate([oracle[r], new[:, i, :, None]], axis=2)
+        widths.append(dense.width)
+        for r in range(3):
+            n = oracle[r].shape[2]
+            assert dense.lengths[r] == n and dense.width % 8 == 0 and dense.width > n - 1
+            np.testing.assert_array_equal(dense.kv[:, r, :, :n], oracle[r])
+            np.testing.assert_array_equal(dense.mask[r, : dense.width], np.arange(dense.width) < n)
+            assert dense.mask[r, dense.width] == 1  # the new token's own slot
+        past = dense.past(2)
+        assert len(past) == 4 and all(p.flags.c_contiguous and p.shape[0] == 2 for p in past)
+    assert dense.resizes > 2 and max(widths) > min(widths[10:])  # it grew and shrank
 
 
 def test_a_failing_model_ends_requests_with_error_and_frees_blocks() -> None:

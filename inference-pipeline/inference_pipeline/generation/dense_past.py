@@ -10,8 +10,10 @@ kind``, the graph's input order), so each is contiguous and so is any leading bl
 ``past(top)`` hands the graph the first ``top`` rows without a copy. ``width`` is the capacity,
 a multiple of ``grow`` slots; slots at or past a row's length hold stale values that ``mask``
 hides. Growing (when a row needs more slots) and shrinking (when the long rows have left)
-re-allocate and copy once; with ``grow`` slots of headroom that happens at most once per
-``grow`` tokens of the longest row.
+copy the rows once into the other of two buffers allocated (and touched) up front for the
+widest capacity, so a resize is one copy of the live slots, never an allocation (a fresh
+multi-MB array costs more in page faults than the copy); with ``grow`` slots of headroom it
+happens at most once per ``grow`` tokens of the longest row.
 """
 
 from __future__ import annotations
@@ -29,9 +31,13 @@ class DensePast:
         self.rows = rows
         self.grow = grow
         self.lengths = np.zeros(rows, dtype=np.int64)  # valid slots per row
-        self.kv = np.zeros(
-            (2 * config.n_layer, rows, config.n_head, 0, config.head_dim), np.float32
-        )
+        self._shape = (2 * config.n_layer, rows, config.n_head, config.head_dim)
+        size = int(np.prod(self._shape)) * self._capacity(config.max_positions)
+        self._buffers = [np.empty(size, np.float32), np.empty(size, np.float32)]
+        for buffer in self._buffers:
+            buffer.fill(0.0)  # touch every page now, not inside a pass
+        self._current = 0
+        self.kv = self._layout(0, 0)
         # [rows, width + 1]: the past slots (1 = valid), then the one new token of a decode pass
         self.mask = np.ones((rows, 1), dtype=np.int64)
         self.resizes = 0
@@ -62,9 +68,17 @@ class DensePast:
         if needed + 2 * self.grow <= self.width:
             self._resize(needed)
 
+    def _layout(self, buffer: int, width: int) -> np.ndarray:
+        kinds, rows, heads, dim = self._shape
+        flat = self._buffers[buffer][: kinds * rows * heads * width * dim]
+        return flat.reshape(kinds, rows, heads, width, dim)
+
     def _resize(self, width: int) -> None:
+        if width * int(np.prod(self._shape)) > self._buffers[0].size:
+            raise ValueError(f"{width} slots exceed the {self.config.max_positions} positions")
         keep = min(width, self.width)
-        kv = np.zeros((*self.kv.shape[:3], width, self.kv.shape[4]), np.float32)
+        self._current = 1 - self._current
+        kv = self._layout(self._current, width)
         kv[:, :, :, :keep] = self.kv[:, :, :, :keep]
         mask = np.zeros((self.rows, width + 1), dtype=np.int64)
         mask[:, :keep] = self.mask[:, :keep]

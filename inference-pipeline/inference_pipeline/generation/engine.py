@@ -197,13 +197,14 @@ class ContinuousBatchingEngine(_Engine):
         self._forget(gone)
 
     def _forget(self, ids: list[int]) -> None:
-        """Sequences that left the cache give up their dense rows."""
+        """Sequences that left the cache give up their dense rows. The width is not shrunk: a
+        busy batch nearly always holds a long row again soon, and every resize is a copy of
+        the batch inside one iteration (an inter-token gap)."""
         freed = [self._row_of.pop(i) for i in ids if i in self._row_of]
         for row in freed:
             self.dense.clear(row)
         if freed:
             self._free_rows = sorted(self._free_rows + freed)
-            self.dense.fit()
 
     def _row(self, seq: SequenceState, tokens: int) -> int:
         """The sequence's dense row with room for ``tokens`` slots. A sequence seen for the
@@ -279,12 +280,16 @@ class StaticBatchingEngine(_Engine):
         batch_size: int = 16,
         max_wait_s: float = 0.05,
         max_queue: int = 1024,
+        grow: int = 32,
     ) -> None:
         super().__init__(step, max_queue)
         self.batch_size = batch_size
         self.max_wait_s = max_wait_s
         self.draining = False  # set when no more requests will come: run a partial batch
         self.peak_width = 0  # longest dense cache a batch reached (slots per row)
+        # The batch's past, one row per request, appended to in place (as the continuous
+        # engine keeps it): the same step graph, the same cost per slot.
+        self.dense = DensePast(self.config, batch_size, grow=grow)
 
     def has_work(self) -> bool:
         return bool(self.queue_depth())
@@ -323,9 +328,10 @@ class StaticBatchingEngine(_Engine):
         logits, new = self.step_fn(tokens, positions, mask, empty_past(self.config, len(handles)))
         self.stats.prefill_passes += 1
         self.stats.prefill_tokens += sum(map(len, prompts))
-        # The batch's past, one row per request, appended to in place (as the continuous
-        # engine keeps it): the same step graph, the same cost per slot.
-        dense = DensePast(self.config, len(handles))
+        dense = self.dense
+        for row in range(dense.rows):
+            dense.clear(row)
+        dense.fit()
         dense.reserve(width + 1)
         keys, values = np.stack(new[0::2]), np.stack(new[1::2])  # [L, B, H, T, D]
         for i, prompt in enumerate(prompts):
@@ -343,9 +349,10 @@ class StaticBatchingEngine(_Engine):
                 return
             # Every row runs, finished or not: the batch is as long as its longest request.
             # A finished row's slot idles (its past stops growing, its outputs are dropped).
-            dense.reserve(int(dense.lengths.max()) + 1)
+            dense.reserve(int(dense.lengths[live].max()) + 1)
             feed = np.array([[h.tokens[-1] if h.tokens else 0] for h in handles], dtype=np.int64)
-            positions = np.minimum(dense.lengths, self.config.max_positions - 1)[:, None]
+            positions = np.minimum(dense.lengths[: len(handles)], self.config.max_positions - 1)
+            positions = positions[:, None]
             logits, new = self.step_fn(
                 feed, positions, dense.decode_mask(len(handles)), dense.past(len(handles))
             )
