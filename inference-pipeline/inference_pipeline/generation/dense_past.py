@@ -63,9 +63,10 @@ class DensePast:
             self._resize(self._capacity(tokens))
 
     def fit(self) -> None:
-        """Shrink once the longest row needs ``2 * grow`` slots fewer than the capacity."""
+        """Shrink once the longest row needs at most half the capacity (a wide pass over short
+        rows costs reading slots nobody uses; a shrink that is soon undone costs two copies)."""
         needed = self._capacity(int(self.lengths.max()) + 1)
-        if needed + 2 * self.grow <= self.width:
+        if 2 * needed <= self.width:
             self._resize(needed)
 
     def _layout(self, buffer: int, width: int) -> np.ndarray:
@@ -77,9 +78,10 @@ class DensePast:
         if width * int(np.prod(self._shape)) > self._buffers[0].size:
             raise ValueError(f"{width} slots exceed the {self.config.max_positions} positions")
         keep = min(width, self.width)
+        live = int(np.flatnonzero(self.lengths).max(initial=-1)) + 1  # rows past it are empty
         self._current = 1 - self._current
         kv = self._layout(self._current, width)
-        kv[:, :, :, :keep] = self.kv[:, :, :, :keep]
+        kv[:, :live, :, :keep] = self.kv[:, :live, :, :keep]
         mask = np.zeros((self.rows, width + 1), dtype=np.int64)
         mask[:, :keep] = self.mask[:, :keep]
         mask[:, width] = 1

@@ -197,14 +197,15 @@ class ContinuousBatchingEngine(_Engine):
         self._forget(gone)
 
     def _forget(self, ids: list[int]) -> None:
-        """Sequences that left the cache give up their dense rows. The width is not shrunk: a
-        busy batch nearly always holds a long row again soon, and every resize is a copy of
-        the batch inside one iteration (an inter-token gap)."""
+        """Sequences that left the cache give up their dense rows; the width shrinks only when
+        the longest row left needs half of it (a busy batch nearly always holds a long row
+        again soon, and every resize is a copy inside somebody's inter-token gap)."""
         freed = [self._row_of.pop(i) for i in ids if i in self._row_of]
         for row in freed:
             self.dense.clear(row)
         if freed:
             self._free_rows = sorted(self._free_rows + freed)
+            self.dense.fit()
 
     def _row(self, seq: SequenceState, tokens: int) -> int:
         """The sequence's dense row with room for ``tokens`` slots. A sequence seen for the
@@ -226,7 +227,9 @@ class ContinuousBatchingEngine(_Engine):
         (rows of sequences not decoding ride along masked; their outputs are dropped)."""
         if not seqs:
             return
-        rows = np.array([self._row(s, self.cache.lengths[s.id] + 1) for s in seqs])
+        lengths = self.cache.lengths
+        self.dense.reserve(max(lengths[s.id] for s in seqs) + 1)
+        rows = np.array([self._row(s, lengths[s.id] + 1) for s in seqs])
         top = int(rows.max()) + 1
         tokens = np.zeros((top, 1), dtype=np.int64)
         tokens[rows, 0] = [s.handle.tokens[-1] for s in seqs]
@@ -234,7 +237,7 @@ class ContinuousBatchingEngine(_Engine):
         logits, new = self.step_fn(
             tokens, positions, self.dense.decode_mask(top), self.dense.past(top)
         )
-        new_kv = np.stack([n[rows, :, 0] for n in new])  # [2L, len(seqs), H, D]
+        new_kv = np.stack(new)[:, :, :, 0][:, rows]  # [2L, len(seqs), H, D]
         self.dense.append_one_each(rows, new_kv)
         self.cache.append_one_each(
             [s.id for s in seqs], tokens[rows, 0].tolist(), new_kv[0::2], new_kv[1::2]
