@@ -16,6 +16,10 @@ latency (mean, median, p99).
   sequences running at the peak.
 - ``budget``: the per-step token budget swept at C=16 (what the knob trades).
 - ``passcost``: one 16-row decode pass against dense pasts of 50-250 positions.
+- ``steps``: the batching workload at C=16, static vs continuous, every step-function call
+  timed: the time between two decode passes (what a running stream waits for its next token)
+  split into the decode pass, the prefill pass and everything else (scheduling, cache writes,
+  sampling), and the share and cost of iterations that carry a prefill chunk.
 """
 
 from __future__ import annotations
@@ -441,6 +445,113 @@ def pass_cost(
     return results
 
 
+class TimedStep:
+    """A step function with every call timed: (start, end, rows, new tokens, past width,
+    decode) where ``decode`` says the past was the engine's kept dense past (a decode pass)."""
+
+    def __init__(self, step: StepFunction) -> None:
+        self.step = step
+        self.config = step.config
+        self.dense = None  # the engine's DensePast, set once the engine exists
+        self.calls: list[tuple[float, float, int, int, int, bool]] = []
+
+    def __call__(self, tokens, positions, attention_mask, past):
+        start = time.perf_counter()
+        out = self.step(tokens, positions, attention_mask, past)
+        decode = self.dense is not None and np.may_share_memory(past[0], self.dense.kv)
+        self.calls.append(
+            (start, time.perf_counter(), *tokens.shape, past[0].shape[2], bool(decode))
+        )
+        return out
+
+
+def _ms(values: list[float], q: float) -> float:
+    return 1e3 * float(np.percentile(values, q)) if values else 0.0
+
+
+def iteration_split(
+    calls: list[tuple[float, float, int, int, int, bool]], prefill_is_boundary: bool
+) -> dict:
+    """From timed calls: the gaps between consecutive decode passes' ends, each split into
+    its decode pass, the prefill passes inside it and the rest. With ``prefill_is_boundary``
+    (static batching) a gap holding a prefill is a batch boundary, which no running stream
+    waits across: it is left out."""
+    gaps, with_prefill = [], []
+    previous_end, prefill = None, 0.0
+    for start, end, _, _, _, decode in calls:
+        if not decode:
+            prefill += end - start
+            continue
+        if previous_end is not None and not (prefill_is_boundary and prefill):
+            gaps.append((end - previous_end, end - start, prefill))
+            with_prefill.append(prefill > 0)
+        previous_end, prefill = end, 0.0
+    decode_widths = [c[4] for c in calls if c[5]]
+    prefill_tokens = [c[2] * c[3] for c in calls if not c[5]]
+    total = [g[0] for g in gaps]
+    carrying = [g[0] for g, p in zip(gaps, with_prefill, strict=True) if p]
+    plain = [g[0] for g, p in zip(gaps, with_prefill, strict=True) if not p]
+    return {
+        "iterations": len(gaps),
+        "iteration_ms": {q: _ms(total, q) for q in (50, 90, 99)},
+        "mean_split_ms": {
+            "decode_pass": 1e3 * float(np.mean([g[1] for g in gaps])),
+            "prefill_pass": 1e3 * float(np.mean([g[2] for g in gaps])),
+            "other": 1e3 * float(np.mean([g[0] - g[1] - g[2] for g in gaps])),
+        },
+        "decode_pass_ms": {q: _ms([g[1] for g in gaps], q) for q in (50, 99)},
+        "decode_width_p50": float(np.median(decode_widths)) if decode_widths else 0.0,
+        "share_with_prefill": float(np.mean(with_prefill)) if with_prefill else 0.0,
+        "with_prefill_ms": {q: _ms(carrying, q) for q in (50, 99)},
+        "without_prefill_ms": {q: _ms(plain, q) for q in (50, 99)},
+        "prefill_pass_tokens_p50": float(np.median(prefill_tokens)) if prefill_tokens else 0.0,
+    }
+
+
+def step_breakdown(
+    step: StepFunction,
+    text: np.ndarray,
+    concurrency: int,
+    requests_per_client: int,
+    rounds: int,
+    progress=print,
+) -> dict:
+    """The batching workload at ``concurrency``, static and continuous alternating, every
+    step-function call timed (``iteration_split``); medians over rounds."""
+    requests = workload(text, concurrency * requests_per_client, step.config.max_positions,
+                        seed=concurrency)  # fmt: skip
+    runs: dict[str, list[dict]] = {"static": [], "continuous": []}
+    for round_index in range(rounds):
+        for kind in runs:
+            timed = TimedStep(step)
+            engine = make_engine(kind, timed, concurrency)
+            timed.dense = engine.dense
+            result = run_load(engine, requests, concurrency)
+            split = iteration_split(timed.calls, prefill_is_boundary=kind == "static")
+            split["itl_p99_ms"], split["tokens_per_s"] = result.itl_p99_ms, result.tokens_per_s
+            split["resizes"] = engine.dense.resizes
+            runs[kind].append(split)
+            progress(
+                f"  steps round {round_index + 1}/{rounds} {kind:10s}: iteration p50/p99 "
+                f"{split['iteration_ms'][50]:.2f}/{split['iteration_ms'][99]:.2f} ms, split "
+                + ", ".join(f"{k} {v:.2f}" for k, v in split["mean_split_ms"].items())
+                + f" ms; {100 * split['share_with_prefill']:.0f}% carry prefill "
+                f"(p50 {split['with_prefill_ms'][50]:.2f} ms vs "
+                f"{split['without_prefill_ms'][50]:.2f} without)"
+            )
+    return {kind: _median_nested(r) for kind, r in runs.items()}
+
+
+def _median_nested(runs: list[dict]) -> dict:
+    first = runs[0]
+    return {
+        key: _median_nested([r[key] for r in runs])
+        if isinstance(value, dict)
+        else float(np.median([r[key] for r in runs]))
+        for key, value in first.items()
+    }
+
+
 def verdict(results: list[RunResult], concurrency: int = 16) -> dict[str, float | bool]:
     """The target at concurrency 16: >= 2x tokens/s at an equal or lower p99 ITL."""
     by = {(r.engine, r.concurrency): r for r in results}
@@ -487,7 +598,7 @@ def plot(results: list[RunResult], path: Path) -> Path:
     return path
 
 
-EXPERIMENTS = ("batching", "prefix", "memory", "budget", "passcost")
+EXPERIMENTS = ("batching", "prefix", "memory", "budget", "passcost", "steps")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -598,6 +709,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "budget" in experiments:
         report["budget_sweep"] = budget_sweep(step, held_out, 16, per_client, budgets, rounds)
+    if "steps" in experiments:
+        report["step_breakdown"] = step_breakdown(step, held_out, 16, per_client, rounds)
     if "passcost" in experiments:
         report["pass_cost"] = pass_cost(step)
         for row in report["pass_cost"]:
