@@ -452,13 +452,13 @@ class TimedStep:
     def __init__(self, step: StepFunction) -> None:
         self.step = step
         self.config = step.config
-        self.dense = None  # the engine's DensePast, set once the engine exists
+        self.dense_pasts: list = []  # the engine's DensePasts, set once the engine exists
         self.calls: list[tuple[float, float, int, int, int, bool]] = []
 
     def __call__(self, tokens, positions, attention_mask, past):
         start = time.perf_counter()
         out = self.step(tokens, positions, attention_mask, past)
-        decode = self.dense is not None and np.may_share_memory(past[0], self.dense.kv)
+        decode = any(np.may_share_memory(past[0], d.kv) for d in self.dense_pasts)
         self.calls.append(
             (start, time.perf_counter(), *tokens.shape, past[0].shape[2], bool(decode))
         )
@@ -525,11 +525,12 @@ def step_breakdown(
         for kind in runs:
             timed = TimedStep(step)
             engine = make_engine(kind, timed, concurrency)
-            timed.dense = engine.dense
+            pasts = engine.dense if isinstance(engine.dense, list) else [engine.dense]
+            timed.dense_pasts = pasts
             result = run_load(engine, requests, concurrency)
             split = iteration_split(timed.calls, prefill_is_boundary=kind == "static")
             split["itl_p99_ms"], split["tokens_per_s"] = result.itl_p99_ms, result.tokens_per_s
-            split["resizes"] = engine.dense.resizes
+            split["resizes"] = sum(d.resizes for d in pasts)
             runs[kind].append(split)
             progress(
                 f"  steps round {round_index + 1}/{rounds} {kind:10s}: iteration p50/p99 "

@@ -79,6 +79,21 @@ def test_request_joining_mid_batch_gets_the_tokens_it_gets_alone(model: GPT) -> 
     assert engine.cache.free_blocks == engine.cache.num_blocks
 
 
+def test_rows_moving_from_the_short_to_the_long_past_keep_their_tokens(model: GPT) -> None:
+    alone = [greedy_no_cache(model, p, 24) for p in PROMPTS]
+    engine = ContinuousBatchingEngine(
+        TorchStep(model), max_num_seqs=4, max_num_batched_tokens=12, block_size=4, short_width=16
+    )
+    handles = [engine.submit(GenerationRequest(p, 24)) for p in PROMPTS]
+    longest = [0, 0]  # the longest row seen in the short and in the long past
+    while engine.step():
+        longest = [max(m, int(d.lengths.max())) for m, d in zip(longest, engine.dense, strict=True)]
+    assert [h.tokens for h in handles] == alone
+    # short rows filled up to their 16 slots, longer ones lived in the long past
+    assert longest[0] == 16 and longest[1] > 16
+    assert all(not d.lengths.any() for d in engine.dense)  # every row was given back
+
+
 def test_static_batching_gives_the_same_greedy_tokens(model: GPT) -> None:
     engine = StaticBatchingEngine(TorchStep(model), batch_size=4, max_wait_s=0)
     lengths = [5, 20, 1, 12]

@@ -24,15 +24,22 @@ from inference_pipeline.generation.model import GPTConfig
 
 
 class DensePast:
-    def __init__(self, config: GPTConfig, rows: int, grow: int = 32) -> None:
-        if rows < 1 or grow < 1:
-            raise ValueError(f"need rows >= 1 and grow >= 1, got {rows}, {grow}")
+    def __init__(
+        self, config: GPTConfig, rows: int, grow: int = 32, max_width: int | None = None
+    ) -> None:
+        max_width = max_width or config.max_positions
+        if rows < 1 or grow < 1 or not 1 <= max_width <= config.max_positions:
+            raise ValueError(
+                f"need rows >= 1, grow >= 1 and 1 <= max_width <= {config.max_positions}, "
+                f"got {rows}, {grow}, {max_width}"
+            )
         self.config = config
         self.rows = rows
         self.grow = grow
+        self.max_width = max_width  # the most slots a row can hold
         self.lengths = np.zeros(rows, dtype=np.int64)  # valid slots per row
         self._shape = (2 * config.n_layer, rows, config.n_head, config.head_dim)
-        size = int(np.prod(self._shape)) * self._capacity(config.max_positions)
+        size = int(np.prod(self._shape)) * max_width
         self._buffers = [np.empty(size, np.float32), np.empty(size, np.float32)]
         for buffer in self._buffers:
             buffer.fill(0.0)  # touch every page now, not inside a pass
@@ -55,7 +62,7 @@ class DensePast:
         return self.mask[:top]
 
     def _capacity(self, tokens: int) -> int:
-        return min(-(-tokens // self.grow) * self.grow, max(self.config.max_positions, tokens))
+        return min(-(-tokens // self.grow) * self.grow, max(self.max_width, tokens))
 
     def reserve(self, tokens: int) -> None:
         """Make room for ``tokens`` slots in every row (a pass writes a new token's slot too)."""
@@ -76,7 +83,7 @@ class DensePast:
 
     def _resize(self, width: int) -> None:
         if width * int(np.prod(self._shape)) > self._buffers[0].size:
-            raise ValueError(f"{width} slots exceed the {self.config.max_positions} positions")
+            raise ValueError(f"{width} slots exceed this past's {self.max_width}")
         keep = min(width, self.width)
         live = int(np.flatnonzero(self.lengths).max(initial=-1)) + 1  # rows past it are empty
         self._current = 1 - self._current

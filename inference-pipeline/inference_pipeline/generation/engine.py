@@ -127,6 +127,7 @@ class ContinuousBatchingEngine(_Engine):
         max_queue: int = 1024,
         prefix_caching: bool = True,
         reserve_up_front: bool = False,
+        short_width: int | None = None,
     ) -> None:
         super().__init__(step, max_queue)
         per_sequence = -(-self.config.max_positions // block_size)
@@ -141,10 +142,17 @@ class ContinuousBatchingEngine(_Engine):
         )
         self._waiting = self.scheduler.waiting  # submit() appends, the scheduler pops
         # The blocks are the source of truth (prefix sharing, preemption); the step graph reads
-        # a dense past, kept here, one row per running sequence, appended to in place.
-        self.dense = DensePast(self.config, max_num_seqs)
-        self._row_of: dict[int, int] = {}  # sequence id -> its dense row
-        self._free_rows = list(range(max_num_seqs))
+        # a dense past, kept here, one row per running sequence, appended to in place. A
+        # decode pass reads every row up to its past's width, so rows live in two dense pasts
+        # by length: rows of up to ``short_width`` slots (most of a long-tailed batch) are
+        # not padded to the longest row; a row that outgrows them moves over once.
+        short_width = short_width or self.config.max_positions // 2
+        self.dense = [
+            DensePast(self.config, max_num_seqs, max_width=short_width),
+            DensePast(self.config, max_num_seqs),
+        ]
+        self._row_of: dict[int, tuple[int, int]] = {}  # sequence id -> (dense past, row)
+        self._free_rows = [list(range(max_num_seqs)) for _ in self.dense]
 
     @property
     def running(self) -> list[SequenceState]:
@@ -201,44 +209,62 @@ class ContinuousBatchingEngine(_Engine):
         the longest row left needs half of it (a busy batch nearly always holds a long row
         again soon, and every resize is a copy inside somebody's inter-token gap)."""
         freed = [self._row_of.pop(i) for i in ids if i in self._row_of]
-        for row in freed:
-            self.dense.clear(row)
+        for place in freed:
+            self._free(*place)
         if freed:
-            self._free_rows = sorted(self._free_rows + freed)
-            self.dense.fit()
+            for dense in self.dense:
+                dense.fit()
 
-    def _row(self, seq: SequenceState, tokens: int) -> int:
-        """The sequence's dense row with room for ``tokens`` slots. A sequence seen for the
-        first time takes the lowest free row (passes feed rows ``0 .. top``) and copies in
-        what the pool already holds for it (a prefix-cache hit)."""
-        self.dense.reserve(tokens)
-        row = self._row_of.get(seq.id)
-        if row is None:
-            row = self._row_of[seq.id] = self._free_rows.pop(0)
-            cached = self.cache.lengths.get(seq.id, 0)
-            if cached:
-                self.dense.write(row, *self.cache.read(seq.id))
+    def _free(self, which: int, row: int) -> None:
+        self.dense[which].clear(row)
+        self._free_rows[which].append(row)
+        self._free_rows[which].sort()  # rows are taken lowest first: passes feed 0 .. top
+
+    def _row(self, seq: SequenceState, tokens: int) -> tuple[int, int]:
+        """(dense past, row) of the sequence, with room for ``tokens`` slots. A sequence seen
+        for the first time takes the lowest free row of the past its length belongs to and
+        copies in what the blocks already hold for it (a prefix-cache hit); one that outgrows
+        the short rows moves its slots to a long row."""
+        place = self._row_of.get(seq.id)
+        which = 0 if tokens <= self.dense[0].max_width else 1
+        if place is not None and place[0] >= which:
+            self.dense[place[0]].reserve(tokens)
+            return place
+        target = self.dense[which]
+        target.reserve(tokens)
+        row = self._free_rows[which].pop(0)
+        if place is None:
+            if self.cache.lengths.get(seq.id, 0):
+                target.write(row, *self.cache.read(seq.id))
             else:
-                self.dense.clear(row)
-        return row
+                target.clear(row)
+        else:
+            source, old = self.dense[place[0]], place[1]
+            n = int(source.lengths[old])
+            target.write(row, source.kv[0::2, old, :, :n], source.kv[1::2, old, :, :n])
+            self._free(*place)
+        self._row_of[seq.id] = (which, row)
+        return which, row
 
     def _decode(self, seqs: list[SequenceState]) -> None:
-        """One pass, one new token for each of ``seqs``, over the dense rows ``0 .. top``
-        (rows of sequences not decoding ride along masked; their outputs are dropped)."""
-        if not seqs:
-            return
+        """One new token for each of ``seqs``: one pass per dense past holding some of them."""
         lengths = self.cache.lengths
-        self.dense.reserve(max(lengths[s.id] for s in seqs) + 1)
-        rows = np.array([self._row(s, lengths[s.id] + 1) for s in seqs])
+        places = [self._row(s, lengths[s.id] + 1) for s in seqs]  # may move rows: first
+        for which, dense in enumerate(self.dense):
+            members = [(s, row) for s, (w, row) in zip(seqs, places, strict=True) if w == which]
+            if members:
+                self._decode_pass(dense, [s for s, _ in members], np.array([r for _, r in members]))
+
+    def _decode_pass(self, dense: DensePast, seqs: list[SequenceState], rows: np.ndarray) -> None:
+        """One pass over ``dense``'s rows ``0 .. top``, one new token for each of ``seqs`` (at
+        ``rows``); rows of sequences not decoding ride along masked, their outputs dropped."""
         top = int(rows.max()) + 1
         tokens = np.zeros((top, 1), dtype=np.int64)
         tokens[rows, 0] = [s.handle.tokens[-1] for s in seqs]
-        positions = np.minimum(self.dense.lengths[:top], self.config.max_positions - 1)[:, None]
-        logits, new = self.step_fn(
-            tokens, positions, self.dense.decode_mask(top), self.dense.past(top)
-        )
+        positions = np.minimum(dense.lengths[:top], self.config.max_positions - 1)[:, None]
+        logits, new = self.step_fn(tokens, positions, dense.decode_mask(top), dense.past(top))
         new_kv = np.stack(new)[:, :, :, 0][:, rows]  # [2L, len(seqs), H, D]
-        self.dense.append_one_each(rows, new_kv)
+        dense.append_one_each(rows, new_kv)
         self.cache.append_one_each(
             [s.id for s in seqs], tokens[rows, 0].tolist(), new_kv[0::2], new_kv[1::2]
         )
@@ -252,7 +278,7 @@ class ContinuousBatchingEngine(_Engine):
         if not chunks:
             return
         starts = [self.cache.lengths.get(seq.id, 0) for seq, _ in chunks]
-        rows = [self._row(seq, start + n) for (seq, n), start in zip(chunks, starts, strict=True)]
+        places = [self._row(seq, s + n) for (seq, n), s in zip(chunks, starts, strict=True)]
         width, new = max(starts), max(n for _, n in chunks)
         tokens = np.zeros((len(chunks), new), dtype=np.int64)
         positions = np.zeros((len(chunks), new), dtype=np.int64)
@@ -262,15 +288,20 @@ class ContinuousBatchingEngine(_Engine):
             tokens[i, :n] = seq.known()[start : start + n]
             positions[i] = start + np.minimum(np.arange(new), n - 1)
             mask[i, width : width + n] = 1
-        past = list(self.dense.kv[:, rows, :, :width])  # a copy of only these rows' slots
-        logits, new_kv = self.step_fn(tokens, positions, mask, past)
+        c = self.config
+        past = np.zeros((2 * c.n_layer, len(chunks), c.n_head, width, c.head_dim), np.float32)
+        for i, ((which, row), start) in enumerate(zip(places, starts, strict=True)):
+            past[:, i, :, :start] = self.dense[which].kv[:, row, :, :start]
+        logits, new_kv = self.step_fn(tokens, positions, mask, list(past))
         keys, values = np.stack(new_kv[0::2]), np.stack(new_kv[1::2])  # [L, B, H, T, D]
         self.stats.prefill_passes += 1
-        for i, ((seq, n), start, row) in enumerate(zip(chunks, starts, rows, strict=True)):
+        for i, ((seq, n), start, (which, row)) in enumerate(
+            zip(chunks, starts, places, strict=True)
+        ):
             self.cache.append(
                 seq.id, tokens[i, :n].tolist(), keys[:, i, :, :n], values[:, i, :, :n]
             )
-            self.dense.write(row, keys[:, i, :, :n], values[:, i, :, :n], start)
+            self.dense[which].write(row, keys[:, i, :, :n], values[:, i, :, :n], start)
             self.stats.prefill_tokens += n
             if self.scheduler.remaining(seq) == 0:  # its last known token predicts the next
                 self._emit(seq.handle, logits[i, n - 1])
