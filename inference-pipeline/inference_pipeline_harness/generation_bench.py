@@ -447,21 +447,22 @@ def pass_cost(
 
 class TimedStep:
     """A step function with every call timed: (start, end, rows, new tokens, past width,
-    decode) where ``decode`` says the past was the engine's kept dense past (a decode pass)."""
+    which) where ``which`` is the index of the engine's kept dense past the call read (a
+    decode pass; the continuous engine keeps a short and a long one) or -1 (a prefill)."""
 
     def __init__(self, step: StepFunction) -> None:
         self.step = step
         self.config = step.config
         self.dense_pasts: list = []  # the engine's DensePasts, set once the engine exists
-        self.calls: list[tuple[float, float, int, int, int, bool]] = []
+        self.calls: list[tuple[float, float, int, int, int, int]] = []
 
     def __call__(self, tokens, positions, attention_mask, past):
         start = time.perf_counter()
         out = self.step(tokens, positions, attention_mask, past)
-        decode = any(np.may_share_memory(past[0], d.kv) for d in self.dense_pasts)
-        self.calls.append(
-            (start, time.perf_counter(), *tokens.shape, past[0].shape[2], bool(decode))
+        which = next(
+            (i for i, d in enumerate(self.dense_pasts) if np.may_share_memory(past[0], d.kv)), -1
         )
+        self.calls.append((start, time.perf_counter(), *tokens.shape, past[0].shape[2], which))
         return out
 
 
@@ -470,24 +471,31 @@ def _ms(values: list[float], q: float) -> float:
 
 
 def iteration_split(
-    calls: list[tuple[float, float, int, int, int, bool]], prefill_is_boundary: bool
+    calls: list[tuple[float, float, int, int, int, int]], prefill_is_boundary: bool
 ) -> dict:
-    """From timed calls: the gaps between consecutive decode passes' ends, each split into
-    its decode pass, the prefill passes inside it and the rest. With ``prefill_is_boundary``
+    """From timed calls: iterations (an iteration starts with a decode pass over a dense past
+    not later in order than the previous pass's) and the gaps between consecutive ones'
+    first decode passes' ends (what a running stream waits between two tokens), each split
+    into its decode passes, its prefill passes and the rest. With ``prefill_is_boundary``
     (static batching) a gap holding a prefill is a batch boundary, which no running stream
     waits across: it is left out."""
     gaps, with_prefill = [], []
-    previous_end, prefill = None, 0.0
-    for start, end, _, _, _, decode in calls:
-        if not decode:
+    # decode and prefill seconds since the last iteration's first pass ended
+    previous_end, previous_which, decode, prefill = None, len(calls), 0.0, 0.0
+    for start, end, _, _, _, which in calls:
+        if which < 0:
             prefill += end - start
             continue
+        decode += end - start
+        if which > previous_which:  # the same iteration's pass over the next dense past
+            previous_which = which
+            continue
         if previous_end is not None and not (prefill_is_boundary and prefill):
-            gaps.append((end - previous_end, end - start, prefill))
+            gaps.append((end - previous_end, decode, prefill))
             with_prefill.append(prefill > 0)
-        previous_end, prefill = end, 0.0
-    decode_widths = [c[4] for c in calls if c[5]]
-    prefill_tokens = [c[2] * c[3] for c in calls if not c[5]]
+        previous_end, previous_which, decode, prefill = end, which, 0.0, 0.0
+    decode_widths = [c[4] for c in calls if c[5] >= 0]
+    prefill_tokens = [c[2] * c[3] for c in calls if c[5] < 0]
     total = [g[0] for g in gaps]
     carrying = [g[0] for g, p in zip(gaps, with_prefill, strict=True) if p]
     plain = [g[0] for g, p in zip(gaps, with_prefill, strict=True) if not p]
