@@ -16,7 +16,8 @@ latency (mean, median, p99).
   sequences running at the peak.
 - ``budget``: the per-step token budget swept at C=16 (what the knob trades).
 - ``passcost``: one 16-row decode pass against dense pasts of 50-250 positions.
-- ``steps``: the batching workload at C=16, static vs continuous, every step-function call
+- ``steps``: the batching workload at C=16, static vs continuous (and continuous with one
+  dense past instead of short and long rows), every step-function call
   timed: the time between two decode passes (what a running stream waits for its next token)
   split into the decode pass, the prefill pass and everything else (scheduling, cache writes,
   sampling), and the share and cost of iterations that carry a prefill chunk.
@@ -247,14 +248,16 @@ def make_engine(
     num_blocks: int | None = None,
     prefix_caching: bool = True,
 ):
-    """ "static", "continuous" (blocks on demand) or "reserve-up-front" (continuous, blocks for
-    prompt + max_tokens taken at admission)."""
+    """ "static", "continuous" (blocks on demand), "reserve-up-front" (continuous, blocks for
+    prompt + max_tokens taken at admission) or "continuous-one-past" (continuous with every row
+    in one dense past, padded to the longest: what the short/long split saves)."""
     if kind == "static":
         return StaticBatchingEngine(step, batch_size=concurrency, max_wait_s=0.05)
     return ContinuousBatchingEngine(
         step, max_num_seqs=concurrency, max_num_batched_tokens=max(budget, concurrency),
         num_blocks=num_blocks, prefix_caching=prefix_caching,
         reserve_up_front=kind == "reserve-up-front",
+        short_width=step.config.max_positions if kind == "continuous-one-past" else None,
     )  # fmt: skip
 
 
@@ -528,7 +531,7 @@ def step_breakdown(
     step-function call timed (``iteration_split``); medians over rounds."""
     requests = workload(text, concurrency * requests_per_client, step.config.max_positions,
                         seed=concurrency)  # fmt: skip
-    runs: dict[str, list[dict]] = {"static": [], "continuous": []}
+    runs: dict[str, list[dict]] = {"static": [], "continuous": [], "continuous-one-past": []}
     for round_index in range(rounds):
         for kind in runs:
             timed = TimedStep(step)
@@ -537,16 +540,18 @@ def step_breakdown(
             timed.dense_pasts = pasts
             result = run_load(engine, requests, concurrency)
             split = iteration_split(timed.calls, prefill_is_boundary=kind == "static")
+            split["generated_tokens"] = engine.stats.generated_tokens
             split["itl_p99_ms"], split["tokens_per_s"] = result.itl_p99_ms, result.tokens_per_s
             split["resizes"] = sum(d.resizes for d in pasts)
             runs[kind].append(split)
             progress(
-                f"  steps round {round_index + 1}/{rounds} {kind:10s}: iteration p50/p99 "
+                f"  steps round {round_index + 1}/{rounds} {kind:19s}: iteration p50/p99 "
                 f"{split['iteration_ms'][50]:.2f}/{split['iteration_ms'][99]:.2f} ms, split "
                 + ", ".join(f"{k} {v:.2f}" for k, v in split["mean_split_ms"].items())
                 + f" ms; {100 * split['share_with_prefill']:.0f}% carry prefill "
                 f"(p50 {split['with_prefill_ms'][50]:.2f} ms vs "
-                f"{split['without_prefill_ms'][50]:.2f} without)"
+                f"{split['without_prefill_ms'][50]:.2f} without); {split['tokens_per_s']:.0f} "
+                f"tok/s, ITL p99 {split['itl_p99_ms']:.2f} ms"
             )
     return {kind: _median_nested(r) for kind, r in runs.items()}
 

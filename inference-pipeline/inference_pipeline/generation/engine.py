@@ -3,10 +3,11 @@
 ContinuousBatchingEngine: token-level (iteration-level) scheduling as in Orca, vLLM and TGI.
 Every iteration (a token boundary) it drops finished and cancelled requests, asks the
 ``TokenBudgetScheduler`` for a plan (every running decode, then prefill chunks up to the
-per-step token budget; blocks on demand, preemption by recompute, prefix-cache hits), runs one
-decode pass and one prefill pass, and samples the next token of every sequence whose known
-tokens are all in the cache. The budget is what keeps a long new prompt from stalling
-everyone's next token (inter-token latency).
+per-step token budget; blocks on demand, preemption by recompute, prefix-cache hits), runs a
+decode pass over each of its two dense pasts (short rows and long rows, so a short row is not
+padded to the longest) and one prefill pass, and samples the next token of every sequence
+whose known tokens are all in the cache. The budget is what keeps a long new prompt from
+stalling everyone's next token (inter-token latency).
 
 StaticBatchingEngine: the baseline. It waits for a full batch (or ``max_wait_s``), prefills it,
 and decodes every row until the longest one finishes; a finished row's slot idles until then.
