@@ -37,7 +37,7 @@ from inference_pipeline.generation.scheduler import SequenceState, TokenBudgetSc
 log = logging.getLogger(__name__)
 
 # Tokens per iteration (decodes + prefill chunks): chosen by measurement, see GENERATION.md.
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 96
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 48
 
 
 class QueueFull(RuntimeError):
