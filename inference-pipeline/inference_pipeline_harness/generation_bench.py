@@ -16,8 +16,9 @@ latency (mean, median, p99).
   sequences running at the peak.
 - ``budget``: the per-step token budget swept at C=16 (what the knob trades).
 - ``passcost``: one 16-row decode pass against dense pasts of 50-250 positions.
-- ``steps``: the batching workload at C=16, static vs continuous (and continuous with one
-  dense past instead of short and long rows), every step-function call
+- ``steps``: the batching workload at C=16, static vs continuous (and static with its past
+  at full width from the first pass, continuous with one dense past instead of short and long
+  rows), every step-function call
   timed: the time between two decode passes (what a running stream waits for its next token)
   split into the decode pass, the prefill pass and everything else (scheduling, cache writes,
   sampling), and the share and cost of iterations that carry a prefill chunk.
@@ -249,10 +250,13 @@ def make_engine(
     prefix_caching: bool = True,
 ):
     """ "static", "continuous" (blocks on demand), "reserve-up-front" (continuous, blocks for
-    prompt + max_tokens taken at admission) or "continuous-one-past" (continuous with every row
-    in one dense past, padded to the longest: what the short/long split saves)."""
-    if kind == "static":
-        return StaticBatchingEngine(step, batch_size=concurrency, max_wait_s=0.05)
+    prompt + max_tokens taken at admission), "continuous-one-past" (continuous with every row
+    in one dense past, padded to the longest: what the short/long split saves) or
+    "static-full-width" (static whose past is the whole context from the first pass: no
+    resize inside a batch, every pass at full width)."""
+    if kind in ("static", "static-full-width"):
+        grow = step.config.max_positions if kind == "static-full-width" else 32
+        return StaticBatchingEngine(step, batch_size=concurrency, max_wait_s=0.05, grow=grow)
     return ContinuousBatchingEngine(
         step, max_num_seqs=concurrency, max_num_batched_tokens=max(budget, concurrency),
         num_blocks=num_blocks, prefix_caching=prefix_caching,
@@ -531,7 +535,8 @@ def step_breakdown(
     step-function call timed (``iteration_split``); medians over rounds."""
     requests = workload(text, concurrency * requests_per_client, step.config.max_positions,
                         seed=concurrency)  # fmt: skip
-    runs: dict[str, list[dict]] = {"static": [], "continuous": [], "continuous-one-past": []}
+    kinds = ("static", "static-full-width", "continuous", "continuous-one-past")
+    runs: dict[str, list[dict]] = {kind: [] for kind in kinds}
     for round_index in range(rounds):
         for kind in runs:
             timed = TimedStep(step)
@@ -539,7 +544,7 @@ def step_breakdown(
             pasts = engine.dense if isinstance(engine.dense, list) else [engine.dense]
             timed.dense_pasts = pasts
             result = run_load(engine, requests, concurrency)
-            split = iteration_split(timed.calls, prefill_is_boundary=kind == "static")
+            split = iteration_split(timed.calls, prefill_is_boundary=kind.startswith("static"))
             split["generated_tokens"] = engine.stats.generated_tokens
             split["itl_p99_ms"], split["tokens_per_s"] = result.itl_p99_ms, result.tokens_per_s
             split["resizes"] = sum(d.resizes for d in pasts)
