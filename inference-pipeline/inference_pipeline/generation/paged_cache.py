@@ -66,8 +66,10 @@ class PagedKVCache:
                 f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}"
             )
         shape = (config.n_layer, num_blocks, config.n_head, block_size, config.head_dim)
-        self.keys = np.zeros(shape, dtype=np.float32)
-        self.values = np.zeros(shape, dtype=np.float32)
+        self.keys = np.empty(shape, dtype=np.float32)
+        self.values = np.empty(shape, dtype=np.float32)
+        for pool in (self.keys, self.values):  # touch every page now, not in a request's step
+            pool.fill(0.0)
         self.config = config
         self.num_blocks = num_blocks
         self.block_size = block_size
