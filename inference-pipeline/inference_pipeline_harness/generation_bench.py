@@ -284,9 +284,10 @@ def benchmark(
     rounds: int = 1,
     progress=print,
     over_http: bool = False,
+    budget: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
 ) -> list[RunResult]:
-    """Per concurrency, ``rounds`` alternating static/continuous runs of the same workload;
-    returns the field-wise median per engine."""
+    """Per concurrency, ``rounds`` alternating static/continuous runs of the same workload
+    (continuous at the token ``budget``); returns the field-wise median per engine."""
     results = []
     for concurrency in concurrencies:
         count = concurrency * requests_per_client
@@ -294,7 +295,7 @@ def benchmark(
         runs: dict[str, list[RunResult]] = {"static": [], "continuous": []}
         for round_index in range(rounds):
             for kind in runs:
-                engine = make_engine(kind, step, concurrency)
+                engine = make_engine(kind, step, concurrency, budget=budget)
                 if over_http:
                     result, _ = run_load_http(engine, requests, concurrency)
                 else:
@@ -530,6 +531,7 @@ def step_breakdown(
     requests_per_client: int,
     rounds: int,
     progress=print,
+    budget: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
 ) -> dict:
     """The batching workload at ``concurrency``, static and continuous alternating, every
     step-function call timed (``iteration_split``); medians over rounds."""
@@ -540,7 +542,7 @@ def step_breakdown(
     for round_index in range(rounds):
         for kind in runs:
             timed = TimedStep(step)
-            engine = make_engine(kind, timed, concurrency)
+            engine = make_engine(kind, timed, concurrency, budget=budget)
             pasts = engine.dense if isinstance(engine.dense, list) else [engine.dense]
             timed.dense_pasts = pasts
             result = run_load(engine, requests, concurrency)
@@ -638,6 +640,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-blocks", type=int, default=64, help="the memory experiment's pool")
     parser.add_argument("--budgets", default="16,32,48,96,256", help="the budget sweep's values")
     parser.add_argument(
+        "--budget", type=int, default=DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        help="max_num_batched_tokens of the batching and steps experiments' continuous engine",
+    )  # fmt: skip
+    parser.add_argument(
         "--train-seconds", type=float, default=900.0,
         help="the GPT checkpoint's training budget (a shorter one trains fast; speed does not "
         "depend on the weights)",
@@ -652,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
             not concurrencies
             or min(concurrencies) < 1
             or min(budgets) < 1
-            or min(args.requests_per_client, args.rounds, args.kv_blocks) < 1
+            or min(args.requests_per_client, args.rounds, args.kv_blocks, args.budget) < 1
             or not set(experiments) <= set(EXPERIMENTS)
             or args.train_seconds <= 0
         ):
@@ -687,7 +693,7 @@ def main(argv: list[str] | None = None) -> int:
         "output_lengths": dict(zip(map(str, OUTPUT_LENGTHS), OUTPUT_WEIGHTS, strict=True)),
         "rounds": args.rounds,
         "slo": asdict(SLO),
-        "max_num_batched_tokens": DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        "max_num_batched_tokens": args.budget,
         "transport": "HTTP SSE /v1/completions, loopback uvicorn" if args.http else "in process",
     }
     per_client, rounds = args.requests_per_client, args.rounds
@@ -697,7 +703,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if "batching" in experiments:
         results = benchmark(step, held_out, sorted(set(concurrencies)), per_client, rounds,
-                            over_http=args.http)  # fmt: skip
+                            over_http=args.http, budget=args.budget)  # fmt: skip
         summary = verdict(results)
         figure = plot(results, args.out / f"generation_batching{suffix}.png")
         report["results (median of rounds)"] = [asdict(r) for r in results]
@@ -729,7 +735,8 @@ def main(argv: list[str] | None = None) -> int:
     if "budget" in experiments:
         report["budget_sweep"] = budget_sweep(step, held_out, 16, per_client, budgets, rounds)
     if "steps" in experiments:
-        report["step_breakdown"] = step_breakdown(step, held_out, 16, per_client, rounds)
+        report["step_breakdown"] = step_breakdown(step, held_out, 16, per_client, rounds,
+                                                  budget=args.budget)  # fmt: skip
     if "passcost" in experiments:
         report["pass_cost"] = pass_cost(step)
         for row in report["pass_cost"]:
