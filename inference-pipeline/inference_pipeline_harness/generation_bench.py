@@ -666,7 +666,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(
             "error: --concurrency and --budgets need positive integers (e.g. 1,4,16); "
-            "--requests-per-client, --rounds, --kv-blocks and --train-seconds must be positive; "
+            "--requests-per-client, --rounds, --kv-blocks, --budget and --train-seconds must be "
+            "positive; "
             f"--experiments takes {','.join(EXPERIMENTS)}",
             file=sys.stderr,
         )
