@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from inference_pipeline.generation.export import ExportedFiles, export_all, onnx_dims, output_names
+from inference_pipeline.generation.export import ExportedFiles, export_all, signature_tag
 from inference_pipeline.generation.model import GPT, GPTConfig
 from inference_pipeline.generation.train import TrainSettings, trained_model
 
@@ -25,15 +25,14 @@ def load_artifacts(
     progress: Callable[[str], None] = print,
 ) -> GeneratorArtifacts:
     """Checkpoint (training it when missing) and model.onnx / model_int8.onnx / model.pt2
-    beside it (exporting when missing, older than the checkpoint, or of another signature)."""
+    beside it, in a folder named by the graph's signature (so checkouts exporting different
+    signatures from one checkpoint never read each other's graphs), exported when missing or
+    older than the checkpoint."""
     model, summary, checkpoint = trained_model(config, settings, progress=progress)
-    folder = checkpoint.with_suffix("")
+    folder = checkpoint.with_name(f"{checkpoint.stem}-graph-{signature_tag(model.config)}")
     files = ExportedFiles(folder / "model.onnx", folder / "model_int8.onnx", folder / "model.pt2")
     paths = (files.onnx_fp32, files.onnx_int8, files.program)
     stale = any(not p.is_file() or p.stat().st_mtime < checkpoint.stat().st_mtime for p in paths)
-    if not stale:
-        signature = set(output_names(model.config))
-        stale = any(not signature <= onnx_dims(p).keys() for p in paths[:2])
     if stale:
         progress(f"exporting {checkpoint.name} -> {folder}/ (ONNX fp32, INT8, torch.export)")
         files = export_all(model, folder)
