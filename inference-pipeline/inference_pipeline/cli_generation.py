@@ -76,7 +76,7 @@ def run_export(args: argparse.Namespace) -> int:
     for path in (artifacts.files.onnx_fp32, artifacts.files.onnx_int8, artifacts.files.program):
         print(f"{path}  ({path.stat().st_size / 1e6:.1f} MB)")
     dims = onnx_dims(artifacts.files.onnx_fp32)
-    for name in ("tokens", "positions", "attention_mask", "past_key_0", "logits", "present_key_0"):
+    for name in ("tokens", "positions", "attention_mask", "past_key_0", "logits", "new_key_0"):
         print(f"  {name:16s} {dims[name]}")
     if args.repository is not None:
         from inference_pipeline.generation.served import write_generation_folder

@@ -16,6 +16,12 @@ latency (mean, median, p99).
   sequences running at the peak.
 - ``budget``: the per-step token budget swept at C=16 (what the knob trades).
 - ``passcost``: one 16-row decode pass against dense pasts of 50-250 positions.
+- ``steps``: the batching workload at C=16, static vs continuous (and static with its past
+  at full width from the first pass, continuous with one dense past instead of short and long
+  rows), every step-function call
+  timed: the time between two decode passes (what a running stream waits for its next token)
+  split into the decode pass, the prefill pass and everything else (scheduling, cache writes,
+  sampling), and the share and cost of iterations that carry a prefill chunk.
 """
 
 from __future__ import annotations
@@ -243,14 +249,19 @@ def make_engine(
     num_blocks: int | None = None,
     prefix_caching: bool = True,
 ):
-    """ "static", "continuous" (blocks on demand) or "reserve-up-front" (continuous, blocks for
-    prompt + max_tokens taken at admission)."""
-    if kind == "static":
-        return StaticBatchingEngine(step, batch_size=concurrency, max_wait_s=0.05)
+    """ "static", "continuous" (blocks on demand), "reserve-up-front" (continuous, blocks for
+    prompt + max_tokens taken at admission), "continuous-one-past" (continuous with every row
+    in one dense past, padded to the longest: what the short/long split saves) or
+    "static-full-width" (static whose past is the whole context from the first pass: no
+    resize inside a batch, every pass at full width)."""
+    if kind in ("static", "static-full-width"):
+        grow = step.config.max_positions if kind == "static-full-width" else 32
+        return StaticBatchingEngine(step, batch_size=concurrency, max_wait_s=0.05, grow=grow)
     return ContinuousBatchingEngine(
         step, max_num_seqs=concurrency, max_num_batched_tokens=max(budget, concurrency),
         num_blocks=num_blocks, prefix_caching=prefix_caching,
         reserve_up_front=kind == "reserve-up-front",
+        short_width=step.config.max_positions if kind == "continuous-one-past" else None,
     )  # fmt: skip
 
 
@@ -273,9 +284,10 @@ def benchmark(
     rounds: int = 1,
     progress=print,
     over_http: bool = False,
+    budget: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
 ) -> list[RunResult]:
-    """Per concurrency, ``rounds`` alternating static/continuous runs of the same workload;
-    returns the field-wise median per engine."""
+    """Per concurrency, ``rounds`` alternating static/continuous runs of the same workload
+    (continuous at the token ``budget``); returns the field-wise median per engine."""
     results = []
     for concurrency in concurrencies:
         count = concurrency * requests_per_client
@@ -283,7 +295,7 @@ def benchmark(
         runs: dict[str, list[RunResult]] = {"static": [], "continuous": []}
         for round_index in range(rounds):
             for kind in runs:
-                engine = make_engine(kind, step, concurrency)
+                engine = make_engine(kind, step, concurrency, budget=budget)
                 if over_http:
                     result, _ = run_load_http(engine, requests, concurrency)
                 else:
@@ -441,6 +453,126 @@ def pass_cost(
     return results
 
 
+class TimedStep:
+    """A step function with every call timed: (start, end, rows, new tokens, past width,
+    which) where ``which`` is the index of the engine's kept dense past the call read (a
+    decode pass; the continuous engine keeps a short and a long one) or -1 (a prefill)."""
+
+    def __init__(self, step: StepFunction) -> None:
+        self.step = step
+        self.config = step.config
+        self.dense_pasts: list = []  # the engine's DensePasts, set once the engine exists
+        self.calls: list[tuple[float, float, int, int, int, int]] = []
+
+    def __call__(self, tokens, positions, attention_mask, past):
+        start = time.perf_counter()
+        out = self.step(tokens, positions, attention_mask, past)
+        which = next(
+            (i for i, d in enumerate(self.dense_pasts) if np.may_share_memory(past[0], d.kv)), -1
+        )
+        self.calls.append((start, time.perf_counter(), *tokens.shape, past[0].shape[2], which))
+        return out
+
+
+def _ms(values: list[float], q: float) -> float:
+    return 1e3 * float(np.percentile(values, q)) if values else 0.0
+
+
+def iteration_split(
+    calls: list[tuple[float, float, int, int, int, int]], prefill_is_boundary: bool
+) -> dict:
+    """From timed calls: iterations (an iteration starts with a decode pass over a dense past
+    not later in order than the previous pass's) and the gaps between consecutive ones'
+    first decode passes' ends (what a running stream waits between two tokens), each split
+    into its decode passes, its prefill passes and the rest. With ``prefill_is_boundary``
+    (static batching) a gap holding a prefill is a batch boundary, which no running stream
+    waits across: it is left out."""
+    gaps, with_prefill = [], []
+    # decode and prefill seconds since the last iteration's first pass ended
+    previous_end, previous_which, decode, prefill = None, len(calls), 0.0, 0.0
+    for start, end, _, _, _, which in calls:
+        if which < 0:
+            prefill += end - start
+            continue
+        decode += end - start
+        if which > previous_which:  # the same iteration's pass over the next dense past
+            previous_which = which
+            continue
+        if previous_end is not None and not (prefill_is_boundary and prefill):
+            gaps.append((end - previous_end, decode, prefill))
+            with_prefill.append(prefill > 0)
+        previous_end, previous_which, decode, prefill = end, which, 0.0, 0.0
+    decode_widths = [c[4] for c in calls if c[5] >= 0]
+    prefill_tokens = [c[2] * c[3] for c in calls if c[5] < 0]
+    total = [g[0] for g in gaps]
+    carrying = [g[0] for g, p in zip(gaps, with_prefill, strict=True) if p]
+    plain = [g[0] for g, p in zip(gaps, with_prefill, strict=True) if not p]
+    return {
+        "iterations": len(gaps),
+        "iteration_ms": {q: _ms(total, q) for q in (50, 90, 99)},
+        "mean_split_ms": {
+            "decode_pass": 1e3 * float(np.mean([g[1] for g in gaps])),
+            "prefill_pass": 1e3 * float(np.mean([g[2] for g in gaps])),
+            "other": 1e3 * float(np.mean([g[0] - g[1] - g[2] for g in gaps])),
+        },
+        "decode_pass_ms": {q: _ms([g[1] for g in gaps], q) for q in (50, 99)},
+        "decode_width_p50": float(np.median(decode_widths)) if decode_widths else 0.0,
+        "share_with_prefill": float(np.mean(with_prefill)) if with_prefill else 0.0,
+        "with_prefill_ms": {q: _ms(carrying, q) for q in (50, 99)},
+        "without_prefill_ms": {q: _ms(plain, q) for q in (50, 99)},
+        "prefill_pass_tokens_p50": float(np.median(prefill_tokens)) if prefill_tokens else 0.0,
+    }
+
+
+def step_breakdown(
+    step: StepFunction,
+    text: np.ndarray,
+    concurrency: int,
+    requests_per_client: int,
+    rounds: int,
+    progress=print,
+    budget: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+) -> dict:
+    """The batching workload at ``concurrency``, static and continuous alternating, every
+    step-function call timed (``iteration_split``); medians over rounds."""
+    requests = workload(text, concurrency * requests_per_client, step.config.max_positions,
+                        seed=concurrency)  # fmt: skip
+    kinds = ("static", "static-full-width", "continuous", "continuous-one-past")
+    runs: dict[str, list[dict]] = {kind: [] for kind in kinds}
+    for round_index in range(rounds):
+        for kind in runs:
+            timed = TimedStep(step)
+            engine = make_engine(kind, timed, concurrency, budget=budget)
+            pasts = engine.dense if isinstance(engine.dense, list) else [engine.dense]
+            timed.dense_pasts = pasts
+            result = run_load(engine, requests, concurrency)
+            split = iteration_split(timed.calls, prefill_is_boundary=kind.startswith("static"))
+            split["generated_tokens"] = engine.stats.generated_tokens
+            split["itl_p99_ms"], split["tokens_per_s"] = result.itl_p99_ms, result.tokens_per_s
+            split["resizes"] = sum(d.resizes for d in pasts)
+            runs[kind].append(split)
+            progress(
+                f"  steps round {round_index + 1}/{rounds} {kind:19s}: iteration p50/p99 "
+                f"{split['iteration_ms'][50]:.2f}/{split['iteration_ms'][99]:.2f} ms, split "
+                + ", ".join(f"{k} {v:.2f}" for k, v in split["mean_split_ms"].items())
+                + f" ms; {100 * split['share_with_prefill']:.0f}% carry prefill "
+                f"(p50 {split['with_prefill_ms'][50]:.2f} ms vs "
+                f"{split['without_prefill_ms'][50]:.2f} without); {split['tokens_per_s']:.0f} "
+                f"tok/s, ITL p99 {split['itl_p99_ms']:.2f} ms"
+            )
+    return {kind: _median_nested(r) for kind, r in runs.items()}
+
+
+def _median_nested(runs: list[dict]) -> dict:
+    first = runs[0]
+    return {
+        key: _median_nested([r[key] for r in runs])
+        if isinstance(value, dict)
+        else float(np.median([r[key] for r in runs]))
+        for key, value in first.items()
+    }
+
+
 def verdict(results: list[RunResult], concurrency: int = 16) -> dict[str, float | bool]:
     """The target at concurrency 16: >= 2x tokens/s at an equal or lower p99 ITL."""
     by = {(r.engine, r.concurrency): r for r in results}
@@ -487,7 +619,7 @@ def plot(results: list[RunResult], path: Path) -> Path:
     return path
 
 
-EXPERIMENTS = ("batching", "prefix", "memory", "budget", "passcost")
+EXPERIMENTS = ("batching", "prefix", "memory", "budget", "passcost", "steps")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -508,6 +640,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-blocks", type=int, default=64, help="the memory experiment's pool")
     parser.add_argument("--budgets", default="16,32,48,96,256", help="the budget sweep's values")
     parser.add_argument(
+        "--budget", type=int, default=DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        help="max_num_batched_tokens of the batching and steps experiments' continuous engine",
+    )  # fmt: skip
+    parser.add_argument(
         "--train-seconds", type=float, default=900.0,
         help="the GPT checkpoint's training budget (a shorter one trains fast; speed does not "
         "depend on the weights)",
@@ -522,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
             not concurrencies
             or min(concurrencies) < 1
             or min(budgets) < 1
-            or min(args.requests_per_client, args.rounds, args.kv_blocks) < 1
+            or min(args.requests_per_client, args.rounds, args.kv_blocks, args.budget) < 1
             or not set(experiments) <= set(EXPERIMENTS)
             or args.train_seconds <= 0
         ):
@@ -530,7 +666,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(
             "error: --concurrency and --budgets need positive integers (e.g. 1,4,16); "
-            "--requests-per-client, --rounds, --kv-blocks and --train-seconds must be positive; "
+            "--requests-per-client, --rounds, --kv-blocks, --budget and --train-seconds must be "
+            "positive; "
             f"--experiments takes {','.join(EXPERIMENTS)}",
             file=sys.stderr,
         )
@@ -557,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
         "output_lengths": dict(zip(map(str, OUTPUT_LENGTHS), OUTPUT_WEIGHTS, strict=True)),
         "rounds": args.rounds,
         "slo": asdict(SLO),
-        "max_num_batched_tokens": DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        "max_num_batched_tokens": args.budget,
         "transport": "HTTP SSE /v1/completions, loopback uvicorn" if args.http else "in process",
     }
     per_client, rounds = args.requests_per_client, args.rounds
@@ -567,7 +704,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if "batching" in experiments:
         results = benchmark(step, held_out, sorted(set(concurrencies)), per_client, rounds,
-                            over_http=args.http)  # fmt: skip
+                            over_http=args.http, budget=args.budget)  # fmt: skip
         summary = verdict(results)
         figure = plot(results, args.out / f"generation_batching{suffix}.png")
         report["results (median of rounds)"] = [asdict(r) for r in results]
@@ -598,6 +735,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "budget" in experiments:
         report["budget_sweep"] = budget_sweep(step, held_out, 16, per_client, budgets, rounds)
+    if "steps" in experiments:
+        report["step_breakdown"] = step_breakdown(step, held_out, 16, per_client, rounds,
+                                                  budget=args.budget)  # fmt: skip
     if "passcost" in experiments:
         report["pass_cost"] = pass_cost(step)
         for row in report["pass_cost"]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from inference_pipeline.generation.dense_past import DensePast
 from inference_pipeline.generation.engine import (
     ContinuousBatchingEngine,
     QueueFull,
@@ -58,9 +59,8 @@ class CountingStep:
         batch, new = tokens.shape
         logits = np.zeros((batch, new, 256), dtype=np.float32)
         np.put_along_axis(logits, ((tokens + 1) % 256)[..., None], 1.0, axis=-1)
-        total = past[0].shape[2] + new
-        present = [np.zeros((batch, 1, total, 2), dtype=np.float32) for _ in past]
-        return logits, present
+        new_kv = [np.zeros((batch, 1, new, 2), dtype=np.float32) for _ in past]
+        return logits, new_kv
 
 
 def test_request_joining_mid_batch_gets_the_tokens_it_gets_alone(model: GPT) -> None:
@@ -77,6 +77,21 @@ def test_request_joining_mid_batch_gets_the_tokens_it_gets_alone(model: GPT) -> 
     assert [h.tokens for h in handles] == alone
     assert engine.stats.prefill_passes > len(PROMPTS)  # long prompts were prefilled in chunks
     assert engine.cache.free_blocks == engine.cache.num_blocks
+
+
+def test_rows_moving_from_the_short_to_the_long_past_keep_their_tokens(model: GPT) -> None:
+    alone = [greedy_no_cache(model, p, 24) for p in PROMPTS]
+    engine = ContinuousBatchingEngine(
+        TorchStep(model), max_num_seqs=4, max_num_batched_tokens=12, block_size=4, short_width=16
+    )
+    handles = [engine.submit(GenerationRequest(p, 24)) for p in PROMPTS]
+    longest = [0, 0]  # the longest row seen in the short and in the long past
+    while engine.step():
+        longest = [max(m, int(d.lengths.max())) for m, d in zip(longest, engine.dense, strict=True)]
+    assert [h.tokens for h in handles] == alone
+    # short rows filled up to their 16 slots, longer ones lived in the long past
+    assert longest[0] == 16 and longest[1] > 16
+    assert all(not d.lengths.any() for d in engine.dense)  # every row was given back
 
 
 def test_static_batching_gives_the_same_greedy_tokens(model: GPT) -> None:
@@ -276,14 +291,14 @@ def test_forked_sequences_copy_a_shared_block_on_write() -> None:
     cache.append(2, [9], 3 * ones[:, :, :1], 3 * ones[:, :, :1])
     cache.check()
     assert cache.copies_on_write == 1 and cache.used_blocks == 2
-    past, _ = cache.gather([1, 2])
-    np.testing.assert_array_equal(past[0][:, 0, :, 0], [[1, 1, 1, 2], [1, 1, 1, 3]])
+    keys = [cache.read(seq_id)[0] for seq_id in (1, 2)]
+    np.testing.assert_array_equal([k[0, 0, :, 0] for k in keys], [[1, 1, 1, 2], [1, 1, 1, 3]])
     assert cache.release(1) == 1 and cache.release(2) == 1
     cache.check()
     assert cache.free_blocks == 4
 
 
-def test_paged_gather_returns_what_was_appended() -> None:
+def test_paged_read_returns_what_was_appended() -> None:
     config = GPTConfig(n_layer=2, n_head=2, d_model=4, max_positions=32)
     cache = PagedKVCache(config, num_blocks=12, block_size=3)
     rng = np.random.default_rng(1)
@@ -295,21 +310,51 @@ def test_paged_gather_returns_what_was_appended() -> None:
         cache.append(seq_id, ids[:4], keys[:, :, :4], keys[:, :, :4] + 1)
         cache.append(seq_id, ids[4:], keys[:, :, 4:], keys[:, :, 4:] + 1)
         written[seq_id] = keys
-    past, lengths = cache.gather([3, 1, 2])
-    assert lengths.tolist() == [11, 7, 2] and past[0].shape == (3, 2, 12, 2)  # 4 blocks of 3
-    for row, seq_id in enumerate((3, 1, 2)):
-        n = lengths[row]
-        for layer in range(2):
-            np.testing.assert_array_equal(past[2 * layer][row, :, :n], written[seq_id][layer])
-            np.testing.assert_array_equal(
-                past[2 * layer + 1][row, :, :n], written[seq_id][layer] + 1
-            )
+    for seq_id in (3, 1, 2):
+        keys, values = cache.read(seq_id)
+        np.testing.assert_array_equal(keys, written[seq_id])
+        np.testing.assert_array_equal(values, written[seq_id] + 1)
     with pytest.raises(OutOfBlocks):
         cache.append(
             2, [0, 0], np.zeros((2, 2, 2, 2), np.float32), np.zeros((2, 2, 2, 2), np.float32)
         )
     assert cache.release(3) == 4
     cache.check()
+
+
+def test_dense_past_holds_what_was_written_through_growing_and_shrinking() -> None:
+    config = GPTConfig(n_layer=2, n_head=2, d_model=4, max_positions=40)
+    dense = DensePast(config, rows=3, grow=8)
+    rng = np.random.default_rng(3)
+    oracle = [np.zeros((4, 2, 0, 2), np.float32) for _ in range(3)]  # [2L, H, length, D]
+    widths = []
+    for _ in range(60):
+        row = int(rng.integers(3))
+        if rng.random() < 0.1:  # the row's sequence leaves; a new one starts on a prefix
+            dense.clear(row)
+            start = int(rng.integers(0, 6))
+            kv = rng.standard_normal((4, 2, start, 2)).astype(np.float32)
+            dense.reserve(start + 1)
+            dense.write(row, kv[0::2], kv[1::2])
+            oracle[row] = kv
+            dense.fit()
+        elif oracle[row].shape[2] < config.max_positions - 1:  # decode: one token per live row
+            rows = np.array([r for r in range(3) if oracle[r].shape[2] < config.max_positions])
+            dense.reserve(int(dense.lengths[rows].max()) + 1)
+            new = rng.standard_normal((4, len(rows), 2, 2)).astype(np.float32)
+            dense.append_one_each(rows, new)
+            for i, r in enumerate(rows):
+                oracle[r] = np.concatenate([oracle[r], new[:, i, :, None]], axis=2)
+        widths.append(dense.width)
+        for r in range(3):
+            n = oracle[r].shape[2]
+            assert dense.lengths[r] == n and dense.width % 8 == 0 and dense.width > n - 1
+            np.testing.assert_array_equal(dense.kv[:, r, :, :n], oracle[r])
+            np.testing.assert_array_equal(dense.mask[r, : dense.width], np.arange(dense.width) < n)
+            assert dense.mask[r, dense.width] == 1  # the new token's own slot
+        past = dense.past(2)
+        assert len(past) == 4 and all(p.flags.c_contiguous and p.shape[0] == 2 for p in past)
+    assert dense.resizes > 2 and max(widths) > min(widths[10:])  # it grew and shrank
 
 
 def test_a_failing_model_ends_requests_with_error_and_frees_blocks() -> None:

@@ -49,12 +49,7 @@ def test_graph_has_symbolic_batch_new_and_past_lengths(exported) -> None:
     assert dims["attention_mask"] == ["batch", "past_length + new_tokens"]
     assert dims["past_key_0"] == ["batch", TINY_CONFIG.n_head, "past_length", TINY_CONFIG.head_dim]
     assert dims["logits"] == ["batch", "new_tokens", 256]
-    assert dims["present_value_1"] == [
-        "batch",
-        TINY_CONFIG.n_head,
-        "past_length + new_tokens",
-        TINY_CONFIG.head_dim,
-    ]
+    assert dims["new_value_1"] == ["batch", TINY_CONFIG.n_head, "new_tokens", TINY_CONFIG.head_dim]
 
 
 def test_ort_greedy_with_cache_equals_torch_without_cache(exported) -> None:
@@ -74,9 +69,10 @@ def test_one_graph_serves_prefill_and_batched_decode(exported) -> None:
     for batch, new, past in ((1, 17, 0), (3, 1, 9), (2, 4, 6)):
         inputs = example_inputs(TINY_CONFIG, batch, new, past)
         expected = model(*inputs)
-        logits, present = step(*(t.numpy() for t in inputs[:3]), [t.numpy() for t in inputs[3:]])
+        logits, new_kv = step(*(t.numpy() for t in inputs[:3]), [t.numpy() for t in inputs[3:]])
         np.testing.assert_allclose(logits, expected[0].detach().numpy(), atol=1e-4)
-        np.testing.assert_allclose(present[-1], expected[-1].detach().numpy(), atol=1e-4)
+        assert new_kv[-1].shape == (batch, TINY_CONFIG.n_head, new, TINY_CONFIG.head_dim)
+        np.testing.assert_allclose(new_kv[-1], expected[-1].detach().numpy(), atol=1e-4)
 
 
 def test_torch_export_reference_matches_eager(exported) -> None:
@@ -112,9 +108,9 @@ def test_int8_graph_is_quantized_and_the_gates_separate_good_from_bad(exported) 
         config = TINY_CONFIG
 
         def __call__(self, *args):
-            logits, present = fp32(*args)
+            logits, new_kv = fp32(*args)
             noise = np.random.default_rng(0).normal(0, 5, logits.shape).astype(np.float32)
-            return logits + noise, present
+            return logits + noise, new_kv
 
     agreement, ppl, _ = int8_gates(fp32, Noisy(), text, windows=4, width=64)
     assert not agreement.passed and not ppl.passed

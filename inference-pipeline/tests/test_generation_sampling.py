@@ -17,9 +17,8 @@ class FixedDistributionStep:
 
     def __call__(self, tokens, positions, attention_mask, past):
         table = np.random.default_rng(7).normal(0.0, 2.0, (256, 256)).astype(np.float32)
-        total = past[0].shape[2] + tokens.shape[1]
-        present = [np.zeros((tokens.shape[0], 1, total, 2), np.float32) for _ in past]
-        return table[tokens], present
+        new_kv = [np.zeros((*tokens.shape[:1], 1, tokens.shape[1], 2), np.float32) for _ in past]
+        return table[tokens], new_kv
 
 
 def run(requests: list[GenerationRequest]) -> list[list[int]]:

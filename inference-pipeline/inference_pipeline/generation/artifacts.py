@@ -8,7 +8,7 @@ from pathlib import Path
 
 from phase01_common.locks import exclusive
 
-from inference_pipeline.generation.export import ExportedFiles, export_all
+from inference_pipeline.generation.export import ExportedFiles, export_all, signature_tag
 from inference_pipeline.generation.model import GPT, GPTConfig
 from inference_pipeline.generation.train import TrainSettings, trained_model
 
@@ -27,9 +27,11 @@ def load_artifacts(
     progress: Callable[[str], None] = print,
 ) -> GeneratorArtifacts:
     """Checkpoint (training it when missing) and model.onnx / model_int8.onnx / model.pt2
-    beside it (exporting when missing or older than the checkpoint)."""
+    beside it, in a folder named by the graph's signature (so checkouts exporting different
+    signatures from one checkpoint never read each other's graphs), exported when missing or
+    older than the checkpoint."""
     model, summary, checkpoint = trained_model(config, settings, progress=progress)
-    folder = checkpoint.with_suffix("")
+    folder = checkpoint.with_name(f"{checkpoint.stem}-graph-{signature_tag(model.config)}")
     files = ExportedFiles(folder / "model.onnx", folder / "model_int8.onnx", folder / "model.pt2")
     paths = (files.onnx_fp32, files.onnx_int8, files.program)
     with exclusive(folder):

@@ -3,10 +3,11 @@
 ContinuousBatchingEngine: token-level (iteration-level) scheduling as in Orca, vLLM and TGI.
 Every iteration (a token boundary) it drops finished and cancelled requests, asks the
 ``TokenBudgetScheduler`` for a plan (every running decode, then prefill chunks up to the
-per-step token budget; blocks on demand, preemption by recompute, prefix-cache hits), runs one
-decode pass and one prefill pass, and samples the next token of every sequence whose known
-tokens are all in the cache. The budget is what keeps a long new prompt from stalling
-everyone's next token (inter-token latency).
+per-step token budget; blocks on demand, preemption by recompute, prefix-cache hits), runs a
+decode pass over each of its two dense pasts (short rows and long rows, so a short row is not
+padded to the longest) and one prefill pass, and samples the next token of every sequence
+whose known tokens are all in the cache. The budget is what keeps a long new prompt from
+stalling everyone's next token (inter-token latency).
 
 StaticBatchingEngine: the baseline. It waits for a full batch (or ``max_wait_s``), prefills it,
 and decodes every row until the longest one finishes; a finished row's slot idles until then.
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from inference_pipeline.generation.dense_past import DensePast
 from inference_pipeline.generation.paged_cache import PagedKVCache
 from inference_pipeline.generation.requests import (
     GenerationRequest,
@@ -34,11 +36,8 @@ from inference_pipeline.generation.scheduler import SequenceState, TokenBudgetSc
 
 log = logging.getLogger(__name__)
 
-# Re-gather the decode batch from the blocks once its kept past is this many slots wider than
-# its longest sequence (holes and padding cost attention work; a gather costs two copies).
-REGATHER_SLACK = 16
 # Tokens per iteration (decodes + prefill chunks): chosen by measurement, see GENERATION.md.
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 96
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 48
 
 
 class QueueFull(RuntimeError):
@@ -56,7 +55,6 @@ class EngineStats:
     prefill_passes: int = 0
     generated_tokens: int = 0
     prefill_tokens: int = 0
-    gathers: int = 0  # dense pasts rebuilt from the blocks
 
 
 class _Engine:
@@ -130,6 +128,7 @@ class ContinuousBatchingEngine(_Engine):
         max_queue: int = 1024,
         prefix_caching: bool = True,
         reserve_up_front: bool = False,
+        short_width: int | None = None,
     ) -> None:
         super().__init__(step, max_queue)
         per_sequence = -(-self.config.max_positions // block_size)
@@ -143,9 +142,18 @@ class ContinuousBatchingEngine(_Engine):
             self.cache, self._lock, max_num_seqs, max_num_batched_tokens, reserve_up_front
         )
         self._waiting = self.scheduler.waiting  # submit() appends, the scheduler pops
-        self._slots: list[int | None] = []  # sequence id of each row of the kept decode batch
-        self._dense_past: list[np.ndarray] = []
-        self._dense_mask = np.zeros((0, 0), dtype=np.int64)
+        # The blocks are the source of truth (prefix sharing, preemption); the step graph reads
+        # a dense past, kept here, one row per running sequence, appended to in place. A
+        # decode pass reads every row up to its past's width, so rows live in two dense pasts
+        # by length: rows of up to ``short_width`` slots (most of a long-tailed batch) are
+        # not padded to the longest row; a row that outgrows them moves over once.
+        short_width = short_width or self.config.max_positions // 2
+        self.dense = [
+            DensePast(self.config, max_num_seqs, max_width=short_width),
+            DensePast(self.config, max_num_seqs),
+        ]
+        self._row_of: dict[int, tuple[int, int]] = {}  # sequence id -> (dense past, row)
+        self._free_rows = [list(range(max_num_seqs)) for _ in self.dense]
 
     @property
     def running(self) -> list[SequenceState]:
@@ -181,7 +189,6 @@ class ContinuousBatchingEngine(_Engine):
             # return) rather than leave callers waiting; the caller sees the exception.
             for seq in self.running:
                 seq.handle.finish("error")
-            self._slots, self._dense_past = [], []
             self._retire()
             raise
         self._retire()
@@ -199,108 +206,106 @@ class ContinuousBatchingEngine(_Engine):
         self._forget(gone)
 
     def _forget(self, ids: list[int]) -> None:
-        """Sequences that left the cache leave the kept decode batch too (masked holes)."""
-        if ids and self._slots:
-            self._slots = [None if s in ids else s for s in self._slots]
-            self._dense_mask[[s is None for s in self._slots]] = 0
+        """Sequences that left the cache give up their dense rows; the width shrinks only when
+        the longest row left needs half of it (a busy batch nearly always holds a long row
+        again soon, and every resize is a copy inside somebody's inter-token gap)."""
+        freed = [self._row_of.pop(i) for i in ids if i in self._row_of]
+        for place in freed:
+            self._free(*place)
+        if freed:
+            for dense in self.dense:
+                dense.fit()
 
-    def _run(self, seqs: list[SequenceState], rows: list[list[int]]) -> np.ndarray:
-        """Prefill pass: row i feeds tokens rows[i] after seqs[i]'s cached ones (a dense past
-        gathered from the blocks); stores the new keys/values in the blocks; returns logits."""
-        ids = [s.id for s in seqs]
-        past, lengths = self.cache.gather(ids)
-        width, new = past[0].shape[2], max(len(r) for r in rows)
-        tokens = np.zeros((len(rows), new), dtype=np.int64)
-        positions = np.zeros((len(rows), new), dtype=np.int64)
-        mask = np.zeros((len(rows), width + new), dtype=np.int64)
-        mask[:, :width] = np.arange(width) < lengths[:, None]
-        for i, row in enumerate(rows):
-            tokens[i, : len(row)] = row
-            positions[i] = lengths[i] + np.minimum(np.arange(new), len(row) - 1)
-            mask[i, width : width + len(row)] = 1
-        logits, present = self.step_fn(tokens, positions, mask, past)
-        new_k = np.stack([k[:, :, width:] for k in present[0::2]])  # [L, B, H, T, D]
-        new_v = np.stack([v[:, :, width:] for v in present[1::2]])
-        for i, (seq_id, row) in enumerate(zip(ids, rows, strict=True)):
-            n = len(row)
-            self.cache.append(seq_id, row, new_k[:, i, :, :n], new_v[:, i, :, :n])
-        return logits
+    def _free(self, which: int, row: int) -> None:
+        self.dense[which].clear(row)
+        self._free_rows[which].append(row)
+        self._free_rows[which].sort()  # rows are taken lowest first: passes feed 0 .. top
 
-    def _dense_batch(self, ids: list[int]) -> None:
-        """Make the kept dense decode batch hold exactly ``ids``.
-
-        The blocks are the source of truth; gathering all of them costs two copies of the
-        batch's whole cache, so between passes the previous pass's present keys/values are kept
-        as the next past. A request that leaves becomes a masked hole; one that joins is copied
-        from its blocks into a hole; everything is re-gathered only when no hole is free or the
-        kept width has grown ``REGATHER_SLACK`` beyond the longest sequence."""
-        wanted = set(ids)
-        self._slots = [s if s in wanted else None for s in self._slots]
-        self._dense_mask[[s is None for s in self._slots]] = 0
-        joining = [i for i in ids if i not in self._slots]
-        holes = [row for row, s in enumerate(self._slots) if s is None]
-        width = self._dense_past[0].shape[2] if self._dense_past else 0
-        longest = max(self.cache.lengths[i] for i in ids)
-        if len(joining) > len(holes) or longest > width or width > longest + REGATHER_SLACK:
-            # room for as many joiners again (up to the running cap): joining then fills holes
-            rows = min(max(self.scheduler.max_num_seqs, len(ids)), 2 * len(ids))
-            self._dense_past, lengths = self.cache.gather(ids, rows, purpose="decode")
-            self._slots = [*ids, *([None] * (rows - len(ids)))]
-            self._dense_mask = (np.arange(self._dense_past[0].shape[2]) < lengths[:, None]).astype(
-                np.int64
-            )
-            self.stats.gathers += 1
-            return
-        for seq_id, row in zip(joining, holes, strict=False):
-            past, lengths = self.cache.gather([seq_id])
-            n = int(lengths[0])
-            for dense, part in zip(self._dense_past, past, strict=True):
-                dense[row, :, :n] = part[0, :, :n]
-            self._dense_mask[row] = np.arange(width) < n
-            self._slots[row] = seq_id
+    def _row(self, seq: SequenceState, tokens: int) -> tuple[int, int]:
+        """(dense past, row) of the sequence, with room for ``tokens`` slots. A sequence seen
+        for the first time takes the lowest free row of the past its length belongs to and
+        copies in what the blocks already hold for it (a prefix-cache hit); one that outgrows
+        the short rows moves its slots to a long row."""
+        place = self._row_of.get(seq.id)
+        which = 0 if tokens <= self.dense[0].max_width else 1
+        if place is not None and place[0] >= which:
+            self.dense[place[0]].reserve(tokens)
+            return place
+        target = self.dense[which]
+        target.reserve(tokens)
+        row = self._free_rows[which].pop(0)
+        if place is None:
+            if self.cache.lengths.get(seq.id, 0):
+                target.write(row, *self.cache.read(seq.id))
+            else:
+                target.clear(row)
+        else:
+            source, old = self.dense[place[0]], place[1]
+            n = int(source.lengths[old])
+            target.write(row, source.kv[0::2, old, :, :n], source.kv[1::2, old, :, :n])
+            self._free(*place)
+        self._row_of[seq.id] = (which, row)
+        return which, row
 
     def _decode(self, seqs: list[SequenceState]) -> None:
-        if not seqs:
-            return
-        by_id = {s.id: s for s in seqs}
-        self._dense_batch(list(by_id))
-        rows = len(self._slots)
-        width = self._dense_past[0].shape[2]
-        tokens = np.zeros((rows, 1), dtype=np.int64)
-        positions = np.zeros((rows, 1), dtype=np.int64)
-        live = np.array([s is not None for s in self._slots])
-        for row, seq_id in enumerate(self._slots):
-            if seq_id is not None:
-                tokens[row, 0] = by_id[seq_id].handle.tokens[-1]
-                positions[row, 0] = self.cache.lengths[seq_id]
-        mask = np.concatenate([self._dense_mask, live[:, None].astype(np.int64)], axis=1)
-        logits, present = self.step_fn(tokens, positions, mask, self._dense_past)
-        rows_live = [row for row, seq_id in enumerate(self._slots) if seq_id is not None]
+        """One new token for each of ``seqs``: one pass per dense past holding some of them."""
+        lengths = self.cache.lengths
+        places = [self._row(s, lengths[s.id] + 1) for s in seqs]  # may move rows: first
+        for which, dense in enumerate(self.dense):
+            members = [(s, row) for s, (w, row) in zip(seqs, places, strict=True) if w == which]
+            if members:
+                self._decode_pass(dense, [s for s, _ in members], np.array([r for _, r in members]))
+
+    def _decode_pass(self, dense: DensePast, seqs: list[SequenceState], rows: np.ndarray) -> None:
+        """One pass over ``dense``'s rows ``0 .. top``, one new token for each of ``seqs`` (at
+        ``rows``); rows of sequences not decoding ride along masked, their outputs dropped."""
+        top = int(rows.max()) + 1
+        tokens = np.zeros((top, 1), dtype=np.int64)
+        tokens[rows, 0] = [s.handle.tokens[-1] for s in seqs]
+        positions = np.minimum(dense.lengths[:top], self.config.max_positions - 1)[:, None]
+        logits, new = self.step_fn(tokens, positions, dense.decode_mask(top), dense.past(top))
+        new_kv = np.stack(new)[:, :, :, 0][:, rows]  # [2L, len(seqs), H, D]
+        dense.append_one_each(rows, new_kv)
         self.cache.append_one_each(
-            [self._slots[row] for row in rows_live],
-            [int(tokens[row, 0]) for row in rows_live],
-            np.stack([k[rows_live, :, width] for k in present[0::2]]),
-            np.stack([v[rows_live, :, width] for v in present[1::2]]),
+            [s.id for s in seqs], tokens[rows, 0].tolist(), new_kv[0::2], new_kv[1::2]
         )
-        self._dense_past, self._dense_mask = present, mask
         self.stats.decode_passes += 1
-        for row, seq_id in enumerate(self._slots):
-            if seq_id is not None:
-                self._emit(by_id[seq_id].handle, logits[row, 0])
+        for seq, row in zip(seqs, rows, strict=True):
+            self._emit(seq.handle, logits[row, 0])
 
     def _prefill(self, chunks: list[tuple[SequenceState, int]]) -> None:
+        """One pass over the chunks, each after its sequence's cached tokens (read from its
+        dense row); the new keys/values go to the blocks and to the row."""
         if not chunks:
             return
-        rows = []
-        for seq, count in chunks:
-            start = self.cache.lengths.get(seq.id, 0)
-            rows.append(seq.known()[start : start + count])
-        logits = self._run([seq for seq, _ in chunks], rows)
+        starts = [self.cache.lengths.get(seq.id, 0) for seq, _ in chunks]
+        places = [self._row(seq, s + n) for (seq, n), s in zip(chunks, starts, strict=True)]
+        width, new = max(starts), max(n for _, n in chunks)
+        tokens = np.zeros((len(chunks), new), dtype=np.int64)
+        positions = np.zeros((len(chunks), new), dtype=np.int64)
+        mask = np.zeros((len(chunks), width + new), dtype=np.int64)
+        mask[:, :width] = np.arange(width) < np.array(starts)[:, None]
+        for i, ((seq, n), start) in enumerate(zip(chunks, starts, strict=True)):
+            tokens[i, :n] = seq.known()[start : start + n]
+            positions[i] = start + np.minimum(np.arange(new), n - 1)
+            mask[i, width : width + n] = 1
+        c = self.config
+        past = np.zeros((2 * c.n_layer, len(chunks), c.n_head, width, c.head_dim), np.float32)
+        for i, ((which, row), start) in enumerate(zip(places, starts, strict=True)):
+            past[:, i, :, :start] = self.dense[which].kv[:, row, :, :start]
+        logits, new_kv = self.step_fn(tokens, positions, mask, list(past))
+        keys, values = np.stack(new_kv[0::2]), np.stack(new_kv[1::2])  # [L, B, H, T, D]
         self.stats.prefill_passes += 1
-        for i, (seq, count) in enumerate(chunks):
-            self.stats.prefill_tokens += count
+        for i, ((seq, n), start, (which, row)) in enumerate(
+            zip(chunks, starts, places, strict=True)
+        ):
+            self.cache.append(
+                seq.id, tokens[i, :n].tolist(), keys[:, i, :, :n], values[:, i, :, :n]
+            )
+            self.dense[which].write(row, keys[:, i, :, :n], values[:, i, :, :n], start)
+            self.stats.prefill_tokens += n
             if self.scheduler.remaining(seq) == 0:  # its last known token predicts the next
-                self._emit(seq.handle, logits[i, count - 1])
+                self._emit(seq.handle, logits[i, n - 1])
 
 
 class StaticBatchingEngine(_Engine):
@@ -310,12 +315,16 @@ class StaticBatchingEngine(_Engine):
         batch_size: int = 16,
         max_wait_s: float = 0.05,
         max_queue: int = 1024,
+        grow: int = 32,
     ) -> None:
         super().__init__(step, max_queue)
         self.batch_size = batch_size
         self.max_wait_s = max_wait_s
         self.draining = False  # set when no more requests will come: run a partial batch
         self.peak_width = 0  # longest dense cache a batch reached (slots per row)
+        # The batch's past, one row per request, appended to in place (as the continuous
+        # engine keeps it): the same step graph, the same cost per slot.
+        self.dense = DensePast(self.config, batch_size, grow=grow)
 
     def has_work(self) -> bool:
         return bool(self.queue_depth())
@@ -351,28 +360,39 @@ class StaticBatchingEngine(_Engine):
             tokens[i, : len(prompt)] = list(prompt)
             positions[i] = np.minimum(np.arange(width), len(prompt) - 1)
             mask[i, : len(prompt)] = 1
-        logits, past = self.step_fn(tokens, positions, mask, empty_past(self.config, len(handles)))
+        logits, new = self.step_fn(tokens, positions, mask, empty_past(self.config, len(handles)))
         self.stats.prefill_passes += 1
         self.stats.prefill_tokens += sum(map(len, prompts))
+        dense = self.dense
+        for row in range(dense.rows):
+            dense.clear(row)
+        dense.fit()
+        dense.reserve(width + 1)
+        keys, values = np.stack(new[0::2]), np.stack(new[1::2])  # [L, B, H, T, D]
+        for i, prompt in enumerate(prompts):
+            dense.write(i, keys[:, i, :, : len(prompt)], values[:, i, :, : len(prompt)])
         last = [logits[i, len(p) - 1] for i, p in enumerate(prompts)]
-        next_position = np.array([len(p) for p in prompts], dtype=np.int64)
         while True:
             for i, handle in enumerate(handles):
                 if handle.cancel_requested.is_set():
                     handle.finish("cancelled")
                 if not handle.done:
                     self._emit(handle, last[i])
-            if all(h.done for h in handles):
-                self.peak_width = max(self.peak_width, mask.shape[1])
+            live = np.array([i for i, h in enumerate(handles) if not h.done])
+            self.peak_width = max(self.peak_width, dense.width)
+            if not len(live):
                 return
             # Every row runs, finished or not: the batch is as long as its longest request.
+            # A finished row's slot idles (its past stops growing, its outputs are dropped).
+            dense.reserve(int(dense.lengths[live].max()) + 1)
             feed = np.array([[h.tokens[-1] if h.tokens else 0] for h in handles], dtype=np.int64)
-            mask = np.concatenate([mask, np.ones((len(handles), 1), dtype=np.int64)], axis=1)
-            # A finished row keeps running; clamp its position so it stays a valid index.
-            positions = np.minimum(next_position, self.config.max_positions - 1)[:, None]
-            logits, past = self.step_fn(feed, positions, mask, past)
+            positions = np.minimum(dense.lengths[: len(handles)], self.config.max_positions - 1)
+            positions = positions[:, None]
+            logits, new = self.step_fn(
+                feed, positions, dense.decode_mask(len(handles)), dense.past(len(handles))
+            )
+            dense.append_one_each(live, np.stack([n[live, :, 0] for n in new]))
             self.stats.decode_passes += 1
-            next_position += 1
             last = [logits[i, 0] for i in range(len(handles))]
 
 

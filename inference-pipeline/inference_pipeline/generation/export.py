@@ -14,6 +14,7 @@ tuned for the two shapes; with one graph it can.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +37,15 @@ def input_names(config: GPTConfig) -> list[str]:
 
 
 def output_names(config: GPTConfig) -> list[str]:
-    kv = [f"present_{kind}_{i}" for i in range(config.n_layer) for kind in ("key", "value")]
+    kv = [f"new_{kind}_{i}" for i in range(config.n_layer) for kind in ("key", "value")]
     return ["logits", *kv]
+
+
+def signature_tag(config: GPTConfig) -> str:
+    """A short digest of the graph's input and output names: graphs of different signatures
+    exported from one checkpoint are kept apart by it."""
+    names = ",".join([*input_names(config), *output_names(config)])
+    return hashlib.sha256(names.encode()).hexdigest()[:8]
 
 
 def example_inputs(config: GPTConfig, batch: int = 2, new: int = 3, past: int = 5):

@@ -2,9 +2,12 @@
 
 ``forward(tokens, positions, attention_mask, past)`` takes the new tokens of each row, their
 absolute positions, a mask over ``past + new`` key slots and the past keys/values of every
-layer, and returns the logits of the new tokens and the *present* keys/values (past and new,
-concatenated). One function serves both prefill (many new tokens, empty past) and decode (one
-new token, long past), so there is one graph to export, test and quantize.
+layer, and returns the logits of the new tokens and the keys/values *of the new tokens only*.
+The past is read in place, never concatenated or copied out: the caller owns the cache and
+writes the new keys/values into it, so a pass costs a read of the past, not a copy of it
+(which made a decode pass's cost grow ~3x faster with the past's length). One function serves
+both prefill (many new tokens, empty past) and decode (one new token, long past), so there is
+one graph to export, test and quantize.
 
 The vocabulary is bytes (256 symbols): no tokenizer file to ship, every UTF-8 text is
 representable, and a byte stream is what the server streams back.
@@ -70,15 +73,17 @@ class CausalSelfAttention(nn.Module):
         q = q.view(batch, new, self.n_head, self.head_dim).transpose(1, 2)
         k = k.view(batch, new, self.n_head, self.head_dim).transpose(1, 2)
         v = v.view(batch, new, self.n_head, self.head_dim).transpose(1, 2)
-        present_k = torch.cat([past_k, k], dim=2)
-        present_v = torch.cat([past_v, v], dim=2)
         if self.training:  # training windows have no past and no padding: the fused kernel
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            return self.proj(y.transpose(1, 2).reshape(batch, new, width)), present_k, present_v
-        scores = q @ present_k.transpose(-2, -1) / math.sqrt(self.head_dim) + bias
-        y = scores.softmax(dim=-1) @ present_v
+            return self.proj(y.transpose(1, 2).reshape(batch, new, width)), k, v
+        # Scores against the past and against the new keys, side by side: one softmax over
+        # past + new slots, as if the keys were concatenated, without materializing that.
+        past = past_k.shape[2]
+        scores = torch.cat([q @ past_k.transpose(-2, -1), q @ k.transpose(-2, -1)], dim=-1)
+        weights = (scores / math.sqrt(self.head_dim) + bias).softmax(dim=-1)
+        y = weights[..., :past] @ past_v + weights[..., past:] @ v
         y = y.transpose(1, 2).reshape(batch, new, width)
-        return self.proj(y), present_k, present_v
+        return self.proj(y), k, v
 
 
 class Block(nn.Module):
@@ -96,9 +101,9 @@ class Block(nn.Module):
     def forward(
         self, x: torch.Tensor, bias: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        attended, present_k, present_v = self.attn(self.ln1(x), bias, past_k, past_v)
+        attended, new_k, new_v = self.attn(self.ln1(x), bias, past_k, past_v)
         x = x + attended
-        return x + self.mlp(self.ln2(x)), present_k, present_v
+        return x + self.mlp(self.ln2(x)), new_k, new_v
 
 
 def attention_bias(attention_mask: torch.Tensor, new_tokens: int) -> torch.Tensor:
@@ -146,14 +151,15 @@ class GPT(nn.Module):
     ) -> tuple[torch.Tensor, ...]:
         """tokens, positions: int64 [B, T]; attention_mask: int64 [B, P+T] (1 = a real key);
         past: 2 * n_layer float32 tensors [B, H, P, D] (key, value of layer 0, then layer 1...).
-        Returns (logits [B, T, V], present key 0, present value 0, ...), each [B, H, P+T, D]."""
+        Returns (logits [B, T, V], new key 0, new value 0, ...), each [B, H, T, D]: the keys
+        and values of the new tokens (the caller appends them to its cache)."""
         x = self.token_embedding(tokens) + self.position_embedding(positions)
         bias = attention_bias(attention_mask, tokens.shape[1])
-        presents: list[torch.Tensor] = []
+        new_kv: list[torch.Tensor] = []
         for i, block in enumerate(self.blocks):
-            x, present_k, present_v = block(x, bias, past[2 * i], past[2 * i + 1])
-            presents += [present_k, present_v]
-        return (self.head(self.ln_f(x)), *presents)
+            x, new_k, new_v = block(x, bias, past[2 * i], past[2 * i + 1])
+            new_kv += [new_k, new_v]
+        return (self.head(self.ln_f(x)), *new_kv)
 
     def logits_no_cache(self, tokens: torch.Tensor) -> torch.Tensor:
         """Plain causal forward over whole sequences [B, T] (training and the no-cache oracle)."""

@@ -26,8 +26,10 @@ the first write to a block whose reference count is above one copies it first.
 ``check()`` proves the accounting: every block is free, evictable or referenced, and a
 referenced block's count equals the number of tables holding it.
 
-The step graph takes a dense past [B, H, P, D], so ``gather`` copies the batch's blocks into
-one padded array per step; a paged-attention kernel (vLLM) reads the blocks in place instead.
+The step graph reads a dense past [B, H, P, D]; the engines keep that dense copy per row
+(``dense_past.py``), written alongside the blocks, and ``read`` copies a sequence's blocks into
+it only when the sequence starts on cached blocks (a prefix hit, a preempted sequence back).
+A paged-attention kernel (vLLM) would read the blocks in place instead.
 """
 
 from __future__ import annotations
@@ -64,8 +66,10 @@ class PagedKVCache:
                 f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}"
             )
         shape = (config.n_layer, num_blocks, config.n_head, block_size, config.head_dim)
-        self.keys = np.zeros(shape, dtype=np.float32)
-        self.values = np.zeros(shape, dtype=np.float32)
+        self.keys = np.empty(shape, dtype=np.float32)
+        self.values = np.empty(shape, dtype=np.float32)
+        for pool in (self.keys, self.values):  # touch every page now, not in a request's step
+            pool.fill(0.0)
         self.config = config
         self.num_blocks = num_blocks
         self.block_size = block_size
@@ -83,9 +87,6 @@ class PagedKVCache:
         self.peak_used_blocks = 0
         self.evictions = 0
         self.copies_on_write = 0
-        # Reused gather buffers: a fresh multi-MB array per step costs more in page faults than
-        # the copy itself. Views into them are valid until the next gather.
-        self._buffers: dict[tuple[int, str], np.ndarray] = {}
 
     # ---- accounting -----------------------------------------------------------------------
     def blocks_for(self, tokens: int) -> int:
@@ -292,54 +293,14 @@ class PagedKVCache:
         for seq_id, token in zip(seq_ids, tokens, strict=True):
             self._written(seq_id, [token])
 
-    def _buffer(self, kind: int, role: str, shape: tuple[int, ...]) -> np.ndarray:
-        size = int(np.prod(shape))
-        flat = self._buffers.get((kind, role))
-        if flat is None or flat.size < size:
-            flat = self._buffers[(kind, role)] = np.zeros(
-                max(size, 2 * (0 if flat is None else flat.size)), np.float32
-            )
-        return flat[:size].reshape(shape)
-
-    def _gather_pool(
-        self, pool: np.ndarray, table: np.ndarray, kind: int, purpose: str
-    ) -> np.ndarray:
-        """[L, B, H, W*bs, D] for one pool (keys or values), built in reused buffers."""
-        c, (batch, width) = self.config, table.shape
-        blocks = self._buffer(
-            kind, "blocks", (c.n_layer, batch, width, c.n_head, self.block_size, c.head_dim)
-        )
-        np.take(pool, table, axis=1, out=blocks, mode="clip")  # "raise" would buffer a copy
-        dense = self._buffer(
-            kind, purpose, (c.n_layer, batch, c.n_head, width, self.block_size, c.head_dim)
-        )
-        np.copyto(dense, blocks.transpose(0, 1, 3, 2, 4, 5))
-        return dense.reshape(c.n_layer, batch, c.n_head, width * self.block_size, c.head_dim)
-
-    def gather(
-        self, seq_ids: list[int], rows: int = 0, purpose: str = "prefill"
-    ) -> tuple[list[np.ndarray], np.ndarray]:
-        """Dense past for a batch: 2*L arrays [B, H, P, D], P the longest cached length rounded
-        up to whole blocks (slots past a row's length hold garbage the mask hides), and the
-        lengths [B]. ``rows`` > len(seq_ids) adds empty rows (length 0) after them. Two copies
-        per pool: the block gather and the head-major transpose, into buffers reused per
-        ``purpose``: the arrays stay valid until the next gather for the same purpose."""
-        batch = max(rows, len(seq_ids))
-        lengths = np.zeros(batch, dtype=np.int64)
-        lengths[: len(seq_ids)] = [self.lengths[s] for s in seq_ids]
-        longest = int(lengths.max(initial=0))
+    def read(self, seq_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """The sequence's cached keys and values, each ``[L, H, length, D]`` (a copy)."""
+        length, table = self.lengths[seq_id], self.tables[seq_id]
+        used = table[: self.blocks_for(length)]
         c = self.config
-        if longest == 0:
-            empty = np.zeros((batch, c.n_head, 0, c.head_dim), dtype=np.float32)
-            return [empty] * (2 * c.n_layer), lengths
-        width = self.blocks_for(longest)
-        table = np.zeros((batch, width), dtype=np.int64)
-        for row, seq_id in enumerate(seq_ids):
-            ids = self.tables[seq_id][:width]
-            table[row, : len(ids)] = ids
-        dense = [
-            self._gather_pool(pool, table, kind, purpose)
-            for kind, pool in enumerate((self.keys, self.values))
-        ]
-        past = [dense[kind][layer] for layer in range(c.n_layer) for kind in (0, 1)]
-        return past, lengths
+        out = []
+        for pool in (self.keys, self.values):
+            blocks = pool[:, used]  # [L, n, H, bs, D]
+            dense = blocks.transpose(0, 2, 1, 3, 4).reshape(c.n_layer, c.n_head, -1, c.head_dim)
+            out.append(dense[:, :, :length])
+        return out[0], out[1]

@@ -2,8 +2,9 @@
 
 A step function takes ``tokens``/``positions`` int64 [B, T], ``attention_mask`` int64 [B, P+T]
 and ``past`` (2 * n_layer float32 arrays [B, H, P, D]) and returns logits float32 [B, T, V] and
-the present keys/values [B, H, P+T, D]. The engine is written against this signature, so the
-same engine drives eager PyTorch, ONNX Runtime (fp32 or INT8) or a fake model in tests.
+the new tokens' keys/values [B, H, T, D] (the caller appends them to its cache). The engines
+are written against this signature, so the same engine drives eager PyTorch, ONNX Runtime
+(fp32 or INT8) or a fake model in tests.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def greedy_with_cache(step: StepFunction, prompt: bytes, max_new_tokens: int) ->
     out: list[int] = []
     for _ in range(max_new_tokens):
         mask = np.ones((1, positions[0, -1] + 1), dtype=np.int64)
-        logits, past = step(tokens, positions, mask, past)
+        logits, new = step(tokens, positions, mask, past)
+        past = [np.concatenate([p, n], axis=2) for p, n in zip(past, new, strict=True)]
         out.append(int(logits[0, -1].argmax()))
         tokens = np.array([[out[-1]]], dtype=np.int64)
         positions = positions[:, -1:] + 1
