@@ -51,6 +51,11 @@ def add_harness_commands(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--quick", action="store_true", help="fewer runs")
     bench.add_argument("--plot", help="write the latency plot to this PNG file")
     bench.add_argument("--serving", action="store_true", help="the serving benchmark instead")
+    bench.add_argument(
+        "--profile-openvino",
+        action="store_true",
+        help="OpenVINO's per-node counters: its default vs the promoted default, batch 1 and 8",
+    )
     bench.set_defaults(run=run_bench)
 
     demo = subparsers.add_parser("demo", help="build, gate and bench, printed to the console")

@@ -85,8 +85,10 @@ def compile_settings(threads: int, hint: str = "f32", streams: int = 1) -> dict[
     }
 
 
-def _settings(threads: int, hint: str | None, streams: int) -> dict[str, object]:
-    if hint is None:  # OpenVINO's own defaults, only the thread and stream counts set
+def openvino_settings(threads: int, hint: str | None, streams: int = 1) -> dict[str, object]:
+    """The CPU properties a model is compiled with: :func:`compile_settings`, or with
+    ``hint=None`` OpenVINO's own defaults with only the thread and stream counts set."""
+    if hint is None:
         return {"INFERENCE_NUM_THREADS": int(threads), "NUM_STREAMS": int(streams)}
     return compile_settings(threads, hint, streams)
 
@@ -102,7 +104,7 @@ def compile_model(path: Path, threads: int = 1, hint: str | None = "f32", stream
     compiles with OpenVINO's own defaults (what a user gets from ``compile_model(path)``)."""
     import openvino as ov
 
-    settings = _settings(threads, hint, streams)
+    settings = openvino_settings(threads, hint, streams)
     try:
         core = ov.Core()
         return core.compile_model(core.read_model(str(path)), "CPU", settings)
@@ -140,7 +142,7 @@ class StaticShapeModel:
         import openvino as ov
 
         self.path = path
-        self.settings = _settings(threads, hint, streams)
+        self.settings = openvino_settings(threads, hint, streams)
         self.max_shapes = max_shapes
         self.core = ov.Core()
         try:

@@ -1,0 +1,126 @@
+"""`bench --profile-openvino`: where OpenVINO's time goes, node type by node type, for its
+default on our FP32 export and for the promoted default variant, at batch 1 and batch 8.
+
+OpenVINO's own counters (``PERF_COUNT``, ``InferRequest.get_profiling_info``) give each
+executed node of the compiled graph its time and kernel (``exec_type``, whose suffix is the
+precision it ran in: ``bf16``, ``f32``, ``i8``). Nodes are summed per node type and
+precision, and attention's fused subgraph (Q x K^T, scale, mask, Softmax, x V: one
+``Subgraph`` node per layer) is told apart from other fused subgraphs. The two models run in
+interleaved rounds at 1 thread (as the bench times them); each figure is the median over the
+rounds of that category's per-call sum.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+SEQUENCE = 128
+BATCHES = (1, 8)
+
+
+def node_category(node_type: str, exec_type: str, node_name: str) -> str:
+    """``"<node type> <precision>"``; attention's fused subgraph gets its own name."""
+    precision = exec_type.rsplit("_", 1)[-1].lower() if "_" in exec_type else exec_type
+    if node_type == "FullyConnectedQuantizedLegacy":
+        node_type = "FullyConnected"
+    if node_type == "Subgraph" and "attention/self" in node_name:
+        node_type = "Subgraph (attention)"
+    return f"{node_type} {precision}"
+
+
+def _request(path: Path, hint: str | None, static: bool, batch: int):
+    import openvino as ov
+    from inference_pipeline.openvino_runtime import openvino_settings, padded_shape
+
+    core = ov.Core()
+    model = core.read_model(str(path))
+    if static:
+        model.reshape({p.get_any_name(): list(padded_shape(batch, SEQUENCE)) for p in model.inputs})
+    settings = {**openvino_settings(1, hint), "PERF_COUNT": True}
+    return core.compile_model(model, "CPU", settings).create_infer_request()
+
+
+def profile(
+    models: dict[str, tuple[Path, str | None, bool]], batch: int, rounds: int
+) -> dict[str, dict[str, float]]:
+    """Per model name ``(path, precision hint or None for OpenVINO's defaults, static
+    shapes)``: category -> median ms per call, plus ``"wall"`` (the call's median) and
+    ``"nodes"`` (the sum of its categories' medians)."""
+    from inference_pipeline_harness.bench import fixed_length_inputs
+
+    inputs = fixed_length_inputs(batch, SEQUENCE)
+    requests = {name: _request(*spec, batch) for name, spec in models.items()}
+    for request in requests.values():
+        for _ in range(3):
+            request.infer(inputs)
+    samples: dict[str, dict[str, list[float]]] = {n: defaultdict(list) for n in requests}
+    for _ in range(rounds):
+        for name, request in requests.items():
+            start = time.perf_counter()
+            request.infer(inputs)
+            samples[name]["wall"].append((time.perf_counter() - start) * 1e3)
+            sums: dict[str, float] = defaultdict(float)
+            for node in request.get_profiling_info():
+                if node.status == node.Status.EXECUTED:
+                    key = node_category(node.node_type, node.exec_type, node.node_name)
+                    sums[key] += node.real_time.total_seconds() * 1e3
+            for key, ms in sums.items():
+                samples[name][key].append(ms)
+    result = {}
+    for name, by_key in samples.items():
+        medians = {key: float(np.median(ms)) for key, ms in by_key.items()}
+        medians["nodes"] = sum(v for k, v in medians.items() if k != "wall")
+        result[name] = medians
+    return result
+
+
+def profile_table(repo: Path, rounds: int = 20, progress=print) -> str:
+    """The per-category table of OpenVINO's default (FP32 export) and the promoted default
+    of ``repo`` at batch 1 and 8."""
+    from inference_pipeline.openvino_runtime import STATIC_SHAPES_PARAMETER
+    from inference_pipeline.repository import load_model_folder, read_manifest
+
+    manifest = read_manifest(repo)
+    fp32 = next(v for v in manifest["variants"] if v["recipe"] == "fp32" and v["promoted"])
+    served = manifest.get("default_variant", {}).get("served")
+    if served is None:
+        raise ValueError(f"{repo}: the manifest records no promoted default variant")
+    folder = load_model_folder(repo / served)
+    parameters = {k: v.string_value for k, v in folder.config.parameters.items()}
+    if (folder.config.backend or folder.config.platform) != "openvino":
+        raise ValueError(f"{served} is not an OpenVINO model: nothing to profile")
+    default_path = load_model_folder(repo / fp32["name"]).onnx_path
+    models = {
+        "OV default": (default_path, None, False),
+        served: (
+            folder.onnx_path,
+            parameters.get("INFERENCE_PRECISION_HINT"),
+            parameters.get(STATIC_SHAPES_PARAMETER) == "true",
+        ),
+    }
+    columns, results = [], []
+    for batch in BATCHES:
+        progress(f"profiling batch {batch}: {rounds} interleaved rounds, 1 thread")
+        result = profile(models, batch, rounds)
+        for name in models:
+            columns.append(f"{'default' if name == 'OV default' else 'promoted'} b{batch}")
+            results.append(result[name])
+    keys = sorted(
+        {k for r in results for k in r} - {"wall", "nodes"},
+        key=lambda k: -max(r.get(k, 0.0) for r in results),
+    )
+    lines = [f"promoted = {served}; median ms per call, summed per node type and precision"]
+    lines.append(f"{'node type, precision':34}" + "".join(f"{c:>13}" for c in columns))
+    for key in keys:
+        values = [r.get(key, 0.0) for r in results]
+        if max(values) < 0.05:
+            continue
+        lines.append(f"{key:34}" + "".join(f"{v:13.2f}" for v in values))
+    for key in ("nodes", "wall"):
+        label = "sum of nodes" if key == "nodes" else "wall (median call)"
+        lines.append(f"{label:34}" + "".join(f"{r[key]:13.2f}" for r in results))
+    return "\n".join(lines)
