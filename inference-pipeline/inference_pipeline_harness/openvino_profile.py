@@ -20,6 +20,8 @@ import numpy as np
 
 SEQUENCE = 128
 BATCHES = (1, 8)
+# The layer whose nodes the table also lists one by one (every layer has the same shapes).
+LAYER = "layer.2/"
 
 
 def node_category(node_type: str, exec_type: str, node_name: str) -> str:
@@ -30,6 +32,12 @@ def node_category(node_type: str, exec_type: str, node_name: str) -> str:
     if node_type == "Subgraph" and "attention/self" in node_name:
         node_type = "Subgraph (attention)"
     return f"{node_type} {precision}"
+
+
+def node_label(node_name: str) -> str:
+    """The short name of an encoder node: the part after the layer, ``/MatMul...`` cut."""
+    tail = node_name.split(LAYER, 1)[-1]
+    return tail.split("/MatMul")[0].split("/Add")[0] or tail
 
 
 def _request(path: Path, hint: str | None, static: bool, batch: int):
@@ -67,7 +75,10 @@ def profile(
             for node in request.get_profiling_info():
                 if node.status == node.Status.EXECUTED:
                     key = node_category(node.node_type, node.exec_type, node.node_name)
-                    sums[key] += node.real_time.total_seconds() * 1e3
+                    ms = node.real_time.total_seconds() * 1e3
+                    sums[key] += ms
+                    if LAYER in node.node_name and ms > 0.0:
+                        sums[f"{LAYER}{node_label(node.node_name)} {key}"] += ms
             for key, ms in sums.items():
                 samples[name][key].append(ms)
     result = {}
@@ -109,8 +120,13 @@ def profile_table(repo: Path, rounds: int = 20, progress=print) -> str:
         for name in models:
             columns.append(f"{'default' if name == 'OV default' else 'promoted'} b{batch}")
             results.append(result[name])
+    every = {k for r in results for k in r} - {"wall", "nodes"}
     keys = sorted(
-        {k for r in results for k in r} - {"wall", "nodes"},
+        (k for k in every if not k.startswith(LAYER)),
+        key=lambda k: -max(r.get(k, 0.0) for r in results),
+    )
+    layer_keys = sorted(
+        (k for k in every if k.startswith(LAYER)),
         key=lambda k: -max(r.get(k, 0.0) for r in results),
     )
     lines = [f"promoted = {served}; median ms per call, summed per node type and precision"]
@@ -123,4 +139,10 @@ def profile_table(repo: Path, rounds: int = 20, progress=print) -> str:
     for key in ("nodes", "wall"):
         label = "sum of nodes" if key == "nodes" else "wall (median call)"
         lines.append(f"{label:34}" + "".join(f"{r[key]:13.2f}" for r in results))
+    lines.append(f"one encoder layer ({LAYER[:-1]}), node by node:")
+    for key in layer_keys:
+        values = [r.get(key, 0.0) for r in results]
+        if max(values) < 0.05:
+            continue
+        lines.append(f"{key[len(LAYER) :]:50}" + "".join(f"{v:9.2f}" for v in values))
     return "\n".join(lines)
