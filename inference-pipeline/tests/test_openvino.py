@@ -297,3 +297,18 @@ def test_rows_needing_bf16_are_skipped_with_the_reason_on_a_cpu_without_it(monke
     assert all(pipeline.missing_capability(row) == reason for row in needs)
     assert pipeline.missing_capability(quantize.recipe("ov_fp32")) is None
     assert pipeline.missing_capability(quantize.recipe("int8_dynamic")) is None
+
+
+def test_profile_categories_name_the_kernel_precision_and_attention():
+    from inference_pipeline_harness.openvino_profile import node_category, node_label
+
+    attention = "/bert/encoder/layer.2/attention/self/MatMul_1"
+    assert node_category("Subgraph", "jit_avx512_bf16", attention) == "Subgraph (attention) bf16"
+    residual = "/bert/encoder/layer.2/attention/output/Add"
+    assert node_category("Subgraph", "jit_avx512_f32", residual) == "Subgraph f32"
+    fc = "/bert/encoder/layer.2/output/dense/MatMul/DequantizationMultiply"
+    assert node_category("FullyConnectedQuantizedLegacy", "brgemm_avx512_amx_i8", fc) == (
+        "FullyConnected i8"
+    )
+    assert node_category("Transpose", "unknown_bf16", "t") == "Transpose bf16"
+    assert node_label(fc) == "output/dense"
