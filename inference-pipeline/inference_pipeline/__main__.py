@@ -26,6 +26,10 @@ def run_bench(args: argparse.Namespace) -> int:
 
         argv = ([args.repository] if args.repository else []) + (["--quick"] if args.quick else [])
         return int(serving_bench.main(argv) or 0)
+    if args.profile_openvino:
+        from inference_pipeline_harness import openvino_profile
+
+        return openvino_profile.main(args.repository, 20 if args.quick else args.iterations)
     from inference_pipeline_harness import bench
 
     return bench.main(args)

@@ -344,7 +344,6 @@ def main(args: argparse.Namespace | None = None) -> int:
         parser.add_argument("--iterations", type=int, default=100)
         parser.add_argument("--quick", action="store_true")
         parser.add_argument("--plot")
-        parser.add_argument("--profile-openvino", action="store_true")
         args = parser.parse_args()
     if args.threads < 1 or args.iterations < 1:
         print("error: --threads and --iterations must be at least 1", file=sys.stderr)
@@ -359,15 +358,6 @@ def main(args: argparse.Namespace | None = None) -> int:
 
         repo = build_cached().repository
     iterations = 20 if args.quick else args.iterations
-    if getattr(args, "profile_openvino", False):
-        from inference_pipeline_harness.openvino_profile import profile_table
-
-        try:
-            print(profile_table(repo, rounds=iterations))
-        except (RepositoryError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        return 0
     try:
         result = run_bench(repo, args.threads, iterations)
     except RepositoryError as exc:

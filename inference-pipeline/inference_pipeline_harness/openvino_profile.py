@@ -14,6 +14,7 @@ printed beside it.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -151,3 +152,27 @@ def profile_table(repo: Path, rounds: int = 20, progress=print) -> str:
             continue
         lines.append(f"{key[len(LAYER) :]:50}" + "".join(f"{v:9.2f}" for v in values))
     return "\n".join(lines)
+
+
+def main(repository: str | None, rounds: int) -> int:
+    """Print :func:`profile_table` of ``repository`` (default: the cached full build)."""
+    from inference_pipeline.repository import RepositoryError
+
+    if rounds < 1:
+        print("error: --iterations must be at least 1", file=sys.stderr)
+        return 2
+    if repository and not Path(repository).is_dir():
+        print(f"error: {repository}: no such model repository folder", file=sys.stderr)
+        return 2
+    if repository:
+        repo = Path(repository)
+    else:
+        from inference_pipeline.pipeline import build_cached
+
+        repo = build_cached().repository
+    try:
+        print(profile_table(repo, rounds=rounds))
+    except (RepositoryError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -260,13 +260,18 @@ def test_unreadable_model_and_unknown_hint_are_one_line_errors(art, tmp_path):
 
 
 def test_promotion_marks_the_fastest_median_per_batch(monkeypatch, tmp_path):
-    rows = {name: quantize.recipe(name) for name in ("fp32", "int8_dynamic", "ov_bf16", "fp16")}
+    names = ("fp32", "int8_dynamic", "ov_bf16", "fp16", "ov_bf16_static")
+    rows = {name: quantize.recipe(name) for name in names}
     variants = [pipeline.Variant(f"m_{n}", r, n, tmp_path / f"{n}.onnx") for n, r in rows.items()]
     for variant in variants:
         variant.gates = GateReport(variant.name, [_passing()])
     variants[1].gates = GateReport("m_int8_dynamic", [_passing(False)])  # refused
-    # median ms by batch: ov_bf16 wins batch 1, fp32 wins batch 8; fp16 is never timed
-    medians = {1: {"m_fp32": 5.0, "m_ov_bf16": 2.0}, 8: {"m_fp32": 10.0, "m_ov_bf16": 30.0}}
+    # median ms by batch: ov_bf16 wins batch 1, the static-shape row batch 8 and fp32 is the
+    # fastest dynamic-shape one there (the served default); fp16 is never timed
+    medians = {
+        1: {"m_fp32": 5.0, "m_ov_bf16": 2.0, "m_ov_bf16_static": 3.0},
+        8: {"m_fp32": 10.0, "m_ov_bf16": 30.0, "m_ov_bf16_static": 8.0},
+    }
     seen = []
 
     def fake_interleaved(runners, inputs, rounds):
@@ -277,9 +282,10 @@ def test_promotion_marks_the_fastest_median_per_batch(monkeypatch, tmp_path):
     monkeypatch.setattr(pipeline, "variant_runner", lambda *args: None)
     monkeypatch.setattr(pipeline, "interleaved_ms", fake_interleaved)
     record = pipeline.promote_fastest(variants, quick_artifacts().tokenizer, rounds=4)
-    assert seen == [(1, ["m_fp32", "m_ov_bf16"], 128), (8, ["m_fp32", "m_ov_bf16"], 128)]
+    timed = ["m_fp32", "m_ov_bf16", "m_ov_bf16_static"]
+    assert seen == [(1, timed, 128), (8, timed, 128)]
     assert record["by_batch"]["1"]["variant"] == "m_ov_bf16"
-    assert record["by_batch"]["8"] == {"variant": "m_fp32", "p50_ms": 10.0, "rounds": 3}
+    assert record["by_batch"]["8"] == {"variant": "m_ov_bf16_static", "p50_ms": 8.0, "rounds": 3}
     assert record["served"] == "m_fp32" and record["threads"] == 1
     assert variants[2].latency_ms == {"batch1_p50": 2.0, "batch8_p50": 30.0}
     assert variants[1].latency_ms == {} and variants[3].latency_ms == {}
