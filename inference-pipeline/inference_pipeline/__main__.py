@@ -26,6 +26,10 @@ def run_bench(args: argparse.Namespace) -> int:
 
         argv = ([args.repository] if args.repository else []) + (["--quick"] if args.quick else [])
         return int(serving_bench.main(argv) or 0)
+    if args.profile_openvino:
+        from inference_pipeline_harness import openvino_profile
+
+        return openvino_profile.main(args.repository, 20 if args.quick else args.iterations)
     from inference_pipeline_harness import bench
 
     return bench.main(args)
@@ -51,6 +55,11 @@ def add_harness_commands(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--quick", action="store_true", help="fewer runs")
     bench.add_argument("--plot", help="write the latency plot to this PNG file")
     bench.add_argument("--serving", action="store_true", help="the serving benchmark instead")
+    bench.add_argument(
+        "--profile-openvino",
+        action="store_true",
+        help="OpenVINO's per-node counters: its default vs the promoted default, batch 1 and 8",
+    )
     bench.set_defaults(run=run_bench)
 
     demo = subparsers.add_parser("demo", help="build, gate and bench, printed to the console")

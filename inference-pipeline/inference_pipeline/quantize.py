@@ -7,6 +7,12 @@ and the recipe table of every variant (ONNX Runtime and OpenVINO, BF16 included)
 - Static INT8 (``quantize_static``, QDQ format): activation ranges fixed by a calibration
   run over training texts, QuantizeLinear/DequantizeLinear pairs around each quantized op,
   which ONNX Runtime folds into integer kernels at load.
+- NNCF INT8 (``nncf.quantize`` on the ONNX graph, ``ModelType.TRANSFORMER``, symmetric
+  activations): the placement OpenVINO's CPU plugin fuses into INT8 kernels, and SmoothQuant,
+  which divides each input channel of a MatMul by a factor measured on the calibration texts
+  and multiplies the weight's rows by it, so a channel with rare large values no longer
+  stretches the per-tensor INT8 range of the others. That is what lets the feed-forward
+  output MatMuls go INT8 too (our own QDQ recipes keep them float, see ``KEEP_FP32``).
 - FP16 (``convert_float_to_float16`` with FP32 I/O kept): a numerical check on CPU only;
   its speed only means something on a GPU (CPU kernels mostly upcast).
 
@@ -35,7 +41,7 @@ from onnxruntime.quantization import (
 )
 
 from inference_pipeline.gates import BF16_GATES, FP16_GATES, FP32_GATES, INT8_GATES, GateCheck
-from inference_pipeline.openvino_runtime import PRECISION_HINTS
+from inference_pipeline.openvino_runtime import PRECISION_HINTS, STATIC_SHAPES_PARAMETER
 from inference_pipeline.quiet import quiet
 from inference_pipeline.tokenization import TextTokenizer
 
@@ -77,16 +83,16 @@ class TextCalibrationReader(CalibrationDataReader):
     """Feeds tokenized, padded batches of calibration texts to the static quantizer."""
 
     def __init__(self, tokenizer: TextTokenizer, texts: Sequence[str], batch_size: int) -> None:
-        self._batches = [
+        self.batches = [
             tokenizer.encode(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)
         ]
-        self._next = iter(self._batches)
+        self._next = iter(self.batches)
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         return next(self._next, None)
 
     def rewind(self) -> None:
-        self._next = iter(self._batches)
+        self._next = iter(self.batches)
 
 
 def ffn_output_matmuls(path: Path, intermediate: int = 1536, hidden: int = 384) -> list[str]:
@@ -108,6 +114,13 @@ def weight_matmuls(path: Path) -> list[str]:
     model = onnx.load(str(path), load_external_data=False)
     weights = {i.name for i in model.graph.initializer}
     return [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+
+
+def attention_matmuls(path: Path) -> list[str]:
+    """Names of the MatMuls of two activations: attention's Q x K^T and probabilities x V."""
+    model = onnx.load(str(path), load_external_data=False)
+    weights = {i.name for i in model.graph.initializer}
+    return [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] not in weights]
 
 
 def quantize_int8_static(
@@ -157,6 +170,39 @@ def quantize_int8_static(
     return dst
 
 
+def quantize_int8_nncf(
+    src: Path,
+    dst: Path,
+    tokenizer: TextTokenizer,
+    calibration_texts: Sequence[str],
+    batch_size: int = 8,
+    exclude: Sequence[str] = (),
+) -> Path:
+    """NNCF's INT8 for OpenVINO (see the module docstring): the transformer preset with
+    symmetric activations and SmoothQuant, ranges from ``calibration_texts``; ``exclude``:
+    node names NNCF leaves float."""
+    import logging
+
+    import nncf
+
+    if not calibration_texts:
+        raise ValueError("static quantization needs at least one calibration text")
+    batches = TextCalibrationReader(tokenizer, calibration_texts, batch_size).batches
+    ignored = {"ignored_scope": nncf.IgnoredScope(names=list(exclude))} if exclude else {}
+    nncf.set_log_level(logging.ERROR)
+    with quiet("nncf"):
+        quantized = nncf.quantize(
+            onnx.load(str(src)),
+            nncf.Dataset(batches),
+            preset=nncf.QuantizationPreset.PERFORMANCE,
+            model_type=nncf.ModelType.TRANSFORMER,
+            subset_size=len(batches),
+            **ignored,
+        )
+    onnx.save(quantized, str(dst))
+    return dst
+
+
 def convert_fp16(src: Path, dst: Path) -> Path:
     """FP16 weights and compute, FP32 inputs/outputs (so callers and gates see no change)."""
     from onnxruntime.transformers.float16 import convert_float_to_float16
@@ -171,7 +217,13 @@ def convert_fp16(src: Path, dst: Path) -> Path:
 # The 6 feed-forward output MatMuls: measured on the BBC model, quantizing them (static QDQ)
 # drops the worst embedding cosine from 0.99 to 0.90-0.95 (below the 0.98 gate), and
 # Percentile calibration instead of MinMax made it worse (0.76).
-KEEP_FP32: dict[str, Callable[[Path], list[str]]] = {"ffn_output_matmuls": ffn_output_matmuls}
+# Attention's two activation x activation MatMuls: NNCF's transformer preset quantizes Q x K^T;
+# measured on the BBC model, OpenVINO's BF16 kernel for that INT8 attention gives a text of
+# 32 tokens alone another embedding than in its batch (cosine 0.82, the gate refuses it).
+KEEP_FP32: dict[str, Callable[[Path], list[str]]] = {
+    "ffn_output_matmuls": ffn_output_matmuls,
+    "attention_matmuls": attention_matmuls,
+}
 
 
 @dataclass(frozen=True)
@@ -199,6 +251,7 @@ class Recipe:
     symmetric_activations: bool = False  # static INT8: INT8 activations, zero point 0
     weight_matmuls_only: bool = False  # static INT8: attention's MatMuls left in float
     needs: str | None = None  # "bf16": made only on a CPU with BF16 arithmetic
+    static_shapes: bool = False  # OpenVINO: compiled per padded input shape
 
     @property
     def variant_suffix(self) -> str:
@@ -209,7 +262,10 @@ class Recipe:
         """The config.pbtxt parameters its backend reads (OpenVINO: the precision hint)."""
         if self.runtime != "openvino":
             return {}
-        return {"INFERENCE_PRECISION_HINT": PRECISION_HINTS[self.compute or self.precision]}
+        parameters = {"INFERENCE_PRECISION_HINT": PRECISION_HINTS[self.compute or self.precision]}
+        if self.static_shapes:
+            parameters[STATIC_SHAPES_PARAMETER] = "true"
+        return parameters
 
 
 RECIPES: tuple[Recipe, ...] = (
@@ -244,6 +300,22 @@ RECIPES: tuple[Recipe, ...] = (
            per_channel=True, calibration="minmax", keep_fp32="ffn_output_matmuls",
            symmetric_activations=True, weight_matmuls_only=True, runtime="openvino",
            compute="bf16", needs="bf16"),
+    # NNCF's placement and SmoothQuant: all 38 weight MatMuls INT8 (FFN outputs included).
+    Recipe("ov_int8_nncf", "int8", "torchscript", "int8_nncf", "fp32", INT8_GATES,
+           "NNCF INT8 (transformer preset, SmoothQuant) on {calibration} training texts: every "
+           "weight MatMul, attention and float ops in bf16", keep_fp32="attention_matmuls",
+           runtime="openvino", compute="bf16", needs="bf16"),
+    Recipe("ov_int8_nncf_attention", "int8", "torchscript", "int8_nncf", "fp32", INT8_GATES,
+           "NNCF INT8 as ov_int8_nncf plus attention's Q x K^T in INT8 (the preset's own "
+           "placement), float ops in bf16", runtime="openvino", compute="bf16", needs="bf16"),
+    # Static shapes: the same graphs compiled per padded input shape. ov_bf16_static shows what
+    # static shapes alone give; ov_int8_nncf_static is INT8 and static shapes together.
+    Recipe("ov_bf16_static", "bf16", "torchscript", "reuse", "fp32", BF16_GATES,
+           "torchscript export on OpenVINO, bf16, compiled per padded input shape",
+           runtime="openvino", needs="bf16", static_shapes=True),
+    Recipe("ov_int8_nncf_static", "int8", "torchscript", "reuse", "ov_int8_nncf", INT8_GATES,
+           "the ov_int8_nncf graph, float ops in bf16, compiled per padded input shape",
+           runtime="openvino", compute="bf16", needs="bf16", static_shapes=True),
 )  # fmt: skip
 
 
@@ -286,6 +358,11 @@ def _static(row: Recipe, src: Path, dst: Path, tokenizer: TextTokenizer, texts: 
     )
 
 
+def _nncf(row: Recipe, src: Path, dst: Path, tokenizer: TextTokenizer, texts: Sequence[str]):
+    exclude = KEEP_FP32[row.keep_fp32](src) if row.keep_fp32 else ()
+    return quantize_int8_nncf(src, dst, tokenizer, texts, exclude=exclude)
+
+
 def _fp16(row: Recipe, src: Path, dst: Path, tokenizer: TextTokenizer, texts: Sequence[str]):
     return convert_fp16(src, dst)
 
@@ -295,5 +372,6 @@ def _fp16(row: Recipe, src: Path, dst: Path, tokenizer: TextTokenizer, texts: Se
 METHODS: dict[str, Callable[[Recipe, Path, Path, TextTokenizer, Sequence[str]], Path]] = {
     "int8_dynamic": _dynamic,
     "int8_static": _static,
+    "int8_nncf": _nncf,
     "fp16": _fp16,
 }

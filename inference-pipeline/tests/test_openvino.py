@@ -17,7 +17,13 @@ from inference_pipeline.gates import (
     evaluate,
     min_cosine,
 )
-from inference_pipeline.openvino_runtime import bf16_unsupported_reason, compile_settings, cpu_flags
+from inference_pipeline.openvino_runtime import (
+    StaticShapeModel,
+    bf16_unsupported_reason,
+    compile_settings,
+    cpu_flags,
+    padded_shape,
+)
 from inference_pipeline.repository import load_model_folder, write_model_folder
 from inference_pipeline.runtime import backend_runner, make_session, session_runner
 from inference_pipeline.serving.backends import BackendError, OpenVinoBackend, backend_spec
@@ -128,6 +134,102 @@ def test_symmetric_weight_only_qdq_runs_as_the_same_graph_on_both_runtimes(art):
     assert min_cosine(ov_out.batched[1], ort_out.batched[1]) >= GATES.reduced_min_embedding_cosine
 
 
+def _graph_nodes(path):
+    model = onnx.load(str(path))
+    weights = {i.name for i in model.graph.initializer}
+    producer = {out: node for node in model.graph.node for out in node.output}
+    return model.graph.node, weights, producer
+
+
+def _int8_matmuls(path) -> set[str]:
+    """MatMul/Gemm nodes whose two inputs both come out of a DequantizeLinear (through the
+    Reshape/Transpose that make attention's heads)."""
+    nodes, _, producer = _graph_nodes(path)
+
+    def dequantized(name: str) -> bool:
+        while name in producer and producer[name].op_type in ("Reshape", "Transpose"):
+            name = producer[name].input[0]
+        return name in producer and producer[name].op_type == "DequantizeLinear"
+
+    return {
+        n.name
+        for n in nodes
+        if n.op_type in ("MatMul", "Gemm") and dequantized(n.input[0]) and dequantized(n.input[1])
+    }
+
+
+def _nncf_graph(art, name: str):
+    from phase01_common.bbc_news import load_bbc_news
+
+    src = art.exports["torchscript"]
+    dst = art.folder / f"{name}.onnx"
+    if not dst.exists():
+        row = quantize.recipe(name)
+        quantize.METHODS[row.method](row, src, dst, art.tokenizer, load_bbc_news().train_texts[:8])
+    return src, dst
+
+
+def test_nncf_recipe_quantizes_every_weight_matmul_and_leaves_attention_float(art):
+    src, dst = _nncf_graph(art, "ov_int8_nncf")
+    nodes, weights, _ = _graph_nodes(src)
+    with_weights = {
+        n.name for n in nodes if n.op_type in ("MatMul", "Gemm") and set(n.input) & weights
+    }
+    assert len(with_weights) == 38  # 36 encoder MatMuls, the pooler's and the head's Gemm
+    int8 = _int8_matmuls(dst)
+    assert int8 == with_weights
+    assert set(quantize.ffn_output_matmuls(src)) <= int8  # the FFN outputs are INT8 here
+    assert not int8 & set(quantize.attention_matmuls(src))
+    # SmoothQuant's per-channel multiplies sit before the quantizers: more Mul nodes
+    count = lambda path: sum(n.op_type == "Mul" for n in _graph_nodes(path)[0])  # noqa: E731
+    assert count(dst) > count(src)
+    # The INT8 graph with float ops in FP32 stays within the INT8 gate's cosine of PyTorch.
+    ov_out = _evaluate(art, backend_runner(_openvino(dst, "f32")))
+    assert (
+        min_cosine(ov_out.batched[1], art.reference.batched[1])
+        >= GATES.reduced_min_embedding_cosine
+    )
+
+
+def test_nncf_attention_recipe_also_quantizes_q_times_k(art):
+    src, dst = _nncf_graph(art, "ov_int8_nncf_attention")
+    attention = set(quantize.attention_matmuls(src))
+    assert len(attention) == 12
+    assert len(_int8_matmuls(dst) & attention) == 6  # Q x K^T of each layer; probs x V float
+
+
+def test_static_shapes_pad_batch_to_a_power_of_two_and_sequence_to_a_bucket():
+    assert padded_shape(1, 3) == (1, 32)
+    assert padded_shape(5, 33) == (8, 64)
+    assert padded_shape(8, 128) == (8, 128)
+    assert padded_shape(3, 256) == (4, 256)
+    with pytest.raises(ValueError, match="at least 1"):
+        padded_shape(0, 5)
+
+
+def test_static_shape_model_equals_the_dynamic_one_and_compiles_once_per_shape(art):
+    path = art.exports["torchscript"]
+    dynamic = _openvino(path, "f32")
+    static = OpenVinoBackend(path, 1, {"INFERENCE_PRECISION_HINT": "f32", "STATIC_SHAPES": "true"})
+    texts = art.gate_set.texts
+    shapes = set()
+    for batch in (texts[:5], texts[5:6], texts[6:9], texts[:5]):
+        feeds = art.tokenizer.encode(batch)
+        shapes.add(padded_shape(*feeds["input_ids"].shape))
+        expected, got = dynamic.run(feeds), static.run(feeds)
+        for name in expected:
+            assert got[name].shape == expected[name].shape
+            assert np.max(np.abs(got[name] - expected[name])) <= 1e-5, name
+    assert static.static.compiles == len(shapes) == len(static.static.requests)
+    # The least recently used shape is dropped beyond max_shapes, and compiled again later.
+    small = StaticShapeModel(path, 1, "f32", max_shapes=1)
+    for batch in (texts[:1], texts[:2], texts[:1]):
+        small.run(art.tokenizer.encode(batch))
+    assert small.compiles == 3 and len(small.requests) == 1
+    with pytest.raises(BackendError, match="STATIC_SHAPES 'yes'"):
+        OpenVinoBackend(path, 1, {"STATIC_SHAPES": "yes"})
+
+
 def test_openvino_folder_is_written_validated_and_served(art, tmp_path):
     path = art.exports["torchscript"]
     folder = write_model_folder(
@@ -158,13 +260,18 @@ def test_unreadable_model_and_unknown_hint_are_one_line_errors(art, tmp_path):
 
 
 def test_promotion_marks_the_fastest_median_per_batch(monkeypatch, tmp_path):
-    rows = {name: quantize.recipe(name) for name in ("fp32", "int8_dynamic", "ov_bf16", "fp16")}
+    names = ("fp32", "int8_dynamic", "ov_bf16", "fp16", "ov_bf16_static")
+    rows = {name: quantize.recipe(name) for name in names}
     variants = [pipeline.Variant(f"m_{n}", r, n, tmp_path / f"{n}.onnx") for n, r in rows.items()]
     for variant in variants:
         variant.gates = GateReport(variant.name, [_passing()])
     variants[1].gates = GateReport("m_int8_dynamic", [_passing(False)])  # refused
-    # median ms by batch: ov_bf16 wins batch 1, fp32 wins batch 8; fp16 is never timed
-    medians = {1: {"m_fp32": 5.0, "m_ov_bf16": 2.0}, 8: {"m_fp32": 10.0, "m_ov_bf16": 30.0}}
+    # median ms by batch: ov_bf16 wins batch 1, the static-shape row batch 8 and fp32 is the
+    # fastest dynamic-shape one there (the served default); fp16 is never timed
+    medians = {
+        1: {"m_fp32": 5.0, "m_ov_bf16": 2.0, "m_ov_bf16_static": 3.0},
+        8: {"m_fp32": 10.0, "m_ov_bf16": 30.0, "m_ov_bf16_static": 8.0},
+    }
     seen = []
 
     def fake_interleaved(runners, inputs, rounds):
@@ -175,9 +282,10 @@ def test_promotion_marks_the_fastest_median_per_batch(monkeypatch, tmp_path):
     monkeypatch.setattr(pipeline, "variant_runner", lambda *args: None)
     monkeypatch.setattr(pipeline, "interleaved_ms", fake_interleaved)
     record = pipeline.promote_fastest(variants, quick_artifacts().tokenizer, rounds=4)
-    assert seen == [(1, ["m_fp32", "m_ov_bf16"], 128), (8, ["m_fp32", "m_ov_bf16"], 128)]
+    timed = ["m_fp32", "m_ov_bf16", "m_ov_bf16_static"]
+    assert seen == [(1, timed, 128), (8, timed, 128)]
     assert record["by_batch"]["1"]["variant"] == "m_ov_bf16"
-    assert record["by_batch"]["8"] == {"variant": "m_fp32", "p50_ms": 10.0, "rounds": 3}
+    assert record["by_batch"]["8"] == {"variant": "m_ov_bf16_static", "p50_ms": 8.0, "rounds": 3}
     assert record["served"] == "m_fp32" and record["threads"] == 1
     assert variants[2].latency_ms == {"batch1_p50": 2.0, "batch8_p50": 30.0}
     assert variants[1].latency_ms == {} and variants[3].latency_ms == {}
@@ -195,3 +303,18 @@ def test_rows_needing_bf16_are_skipped_with_the_reason_on_a_cpu_without_it(monke
     assert all(pipeline.missing_capability(row) == reason for row in needs)
     assert pipeline.missing_capability(quantize.recipe("ov_fp32")) is None
     assert pipeline.missing_capability(quantize.recipe("int8_dynamic")) is None
+
+
+def test_profile_categories_name_the_kernel_precision_and_attention():
+    from inference_pipeline_harness.openvino_profile import node_category, node_label
+
+    attention = "/bert/encoder/layer.2/attention/self/MatMul_1"
+    assert node_category("Subgraph", "jit_avx512_bf16", attention) == "Subgraph (attention) bf16"
+    residual = "/bert/encoder/layer.2/attention/output/Add"
+    assert node_category("Subgraph", "jit_avx512_f32", residual) == "Subgraph f32"
+    fc = "/bert/encoder/layer.2/output/dense/MatMul/DequantizationMultiply"
+    assert node_category("FullyConnectedQuantizedLegacy", "brgemm_avx512_amx_i8", fc) == (
+        "FullyConnected i8"
+    )
+    assert node_category("Transpose", "unknown_bf16", "t") == "Transpose bf16"
+    assert node_label(fc) == "output/dense"

@@ -96,27 +96,52 @@ class LiteRTBackend:
 
 
 class OpenVinoBackend:
-    """An OpenVINO compiled model on the CPU and its one infer request (``infer`` releases
-    the GIL), made by ``inference_pipeline.openvino_runtime.compile_model``; the config's
-    ``INFERENCE_PRECISION_HINT`` parameter (``f32``/``bf16``) sets its compute precision,
-    and without one OpenVINO picks (as Triton's OpenVINO backend does: BF16 on a CPU with
-    BF16 arithmetic)."""
+    """An OpenVINO model on the CPU and its infer request (``infer`` releases the GIL), made
+    by ``inference_pipeline.openvino_runtime``. Config parameters: ``INFERENCE_PRECISION_HINT``
+    (``f32``/``bf16``) sets its compute precision, and without one OpenVINO picks (as
+    Triton's OpenVINO backend does: BF16 on a CPU with BF16 arithmetic); ``STATIC_SHAPES``
+    ``true`` compiles it once per padded input shape (``StaticShapeModel``) instead of once
+    with dynamic shapes."""
 
     def __init__(
         self, path: Path, threads: int = 1, parameters: Mapping[str, str] | None = None
     ) -> None:
-        from inference_pipeline.openvino_runtime import OpenVinoError, compile_model
+        from inference_pipeline.openvino_runtime import (
+            STATIC_SHAPES_PARAMETER,
+            OpenVinoError,
+            StaticShapeModel,
+            compile_model,
+        )
 
-        hint = (parameters or {}).get("INFERENCE_PRECISION_HINT")
+        parameters = parameters or {}
+        hint = parameters.get("INFERENCE_PRECISION_HINT")
+        static = parameters.get(STATIC_SHAPES_PARAMETER, "false")
+        if static not in ("true", "false"):
+            raise BackendError(f"{STATIC_SHAPES_PARAMETER} {static!r}: expected true or false")
+        self.static: StaticShapeModel | None = None
         try:
-            self.compiled = compile_model(path, threads, hint)
+            if static == "true":
+                self.static = StaticShapeModel(path, threads, hint)
+            else:
+                self.compiled = compile_model(path, threads, hint)
         except (OpenVinoError, ValueError) as exc:
             raise BackendError(str(exc)) from None
-        self.request = self.compiled.create_infer_request()
-        self.input_names = tuple(port.get_any_name() for port in self.compiled.inputs)
-        self.output_names = tuple(port.get_any_name() for port in self.compiled.outputs)
+        if self.static is not None:
+            self.input_names = self.static.input_names
+            self.output_names = self.static.output_names
+        else:
+            self.request = self.compiled.create_infer_request()
+            self.input_names = tuple(port.get_any_name() for port in self.compiled.inputs)
+            self.output_names = tuple(port.get_any_name() for port in self.compiled.outputs)
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.static is not None:
+            from inference_pipeline.openvino_runtime import OpenVinoError
+
+            try:
+                return self.static.run(feeds)
+            except (OpenVinoError, ValueError) as exc:
+                raise BackendError(str(exc)) from None
         self.request.infer(feeds)
         # Copies: the request overwrites its output tensors on the next call.
         return {
