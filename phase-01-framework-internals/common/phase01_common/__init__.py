@@ -10,4 +10,5 @@
 - :mod:`phase01_common.timing`: interleaved timing (medians, ratios, the baseline's drift);
   :mod:`phase01_common.stats`: percentile summaries; :mod:`phase01_common.units`: byte sizes and
   counts for people.
+- :mod:`phase01_common.locks`: one process at a time for work that fills an on-disk cache.
 """
