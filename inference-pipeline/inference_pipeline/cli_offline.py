@@ -34,6 +34,18 @@ def run_build(args: argparse.Namespace) -> int:
     if args.threads < 1:
         return _bad_input(f"--threads must be at least 1, got {args.threads}")
     settings = QUICK_BUILD if args.quick else BuildSettings()
+    if args.recipes is not None:
+        from inference_pipeline.quantize import RECIPES
+
+        names = tuple(name for name in args.recipes.split(",") if name)
+        known = [row.name for row in RECIPES]
+        unknown = [name for name in names if name not in known]
+        if unknown or not names:
+            return _bad_input(
+                f"--recipes: no recipe {', '.join(map(repr, unknown)) or 'given'}; "
+                f"recipes: {', '.join(known)}"
+            )
+        settings = dataclasses.replace(settings, recipes=names)
     settings = dataclasses.replace(settings, threads=args.threads)
     try:
         prepare_out_dir(out)
@@ -74,6 +86,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--out", required=True, help="output folder (model_repository/ and work/)")
     build.add_argument("--quick", action="store_true", help="small model/gate set (tests, smoke)")
     build.add_argument("--threads", type=int, default=2, help="ONNX Runtime / torch threads")
+    build.add_argument(
+        "--recipes",
+        metavar="NAME[,NAME...]",
+        help="make only these rows of the recipe table and the rows they are made from "
+        "(default: every row)",
+    )
     build.set_defaults(run=run_build)
 
     gate = subparsers.add_parser("gate", help="re-run the gates on an existing model repository")

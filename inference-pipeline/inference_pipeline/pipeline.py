@@ -71,6 +71,7 @@ class BuildSettings:
     calibration_texts: int = 32  # training articles for static INT8 calibration
     threads: int = 2
     latency_iterations: int = 20  # interleaved rounds at batch 1 (batch 8: a quarter, >= 3)
+    recipes: tuple[str, ...] | None = None  # rows of quantize.RECIPES to make (None: all)
 
 
 QUICK_BUILD = BuildSettings(
@@ -222,7 +223,7 @@ def build(
                 row, classifier, tokenizer, work, calibration, made, fusions, progress
             )
 
-        rows = primary_recipes()
+        rows = primary_recipes(settings.recipes)
         skipped = {row.name: reason for row in rows if (reason := missing_capability(row))}
         for name, reason in skipped.items():
             progress(f"  skipped {name}: {reason}")

@@ -327,10 +327,24 @@ def recipe(name: str) -> Recipe:
     raise KeyError(f"no recipe {name!r}; recipes: {[r.name for r in RECIPES]}")
 
 
-def primary_recipes() -> list[Recipe]:
-    """The recipes ``build`` makes up front (a fallback is made only when needed)."""
+def primary_recipes(only: Sequence[str] | None = None) -> list[Recipe]:
+    """The recipes ``build`` makes up front (a fallback is made only when needed): every one,
+    or with ``only`` those rows and the rows they are made from, in table order (KeyError for
+    a name not in the table)."""
     fallbacks = {row.fallback for row in RECIPES if row.fallback}
-    return [row for row in RECIPES if row.name not in fallbacks]
+    rows = [row for row in RECIPES if row.name not in fallbacks]
+    if only is None:
+        return rows
+    wanted: set[str] = set()
+    pending = [recipe(name).name for name in only]
+    while pending:
+        name = pending.pop()
+        if name not in wanted:
+            wanted.add(name)
+            source = recipe(name).source
+            if source:
+                pending.append(source)
+    return [row for row in rows if row.name in wanted]
 
 
 def precision_order() -> list[str]:

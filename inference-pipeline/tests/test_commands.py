@@ -19,22 +19,48 @@ def one_thread():
         yield
 
 
-def test_build_quick_writes_the_same_repository_as_the_cached_quick_build(
+# Two rows of the recipe table, one per runtime, with what they are made from (the FP32
+# export): the command runs every stage (export, quantize, gates, timing, repository) on them.
+COMMAND_RECIPES = ("int8_dynamic", "ov_int8_nncf")
+
+
+def test_build_quick_writes_the_same_variants_as_the_cached_quick_build(
     quick_build, tmp_path, capsys
 ) -> None:
-    assert main(["build", "--quick", "--out", str(tmp_path), "--threads", "2"]) == 0
+    argv = ["build", "--quick", "--out", str(tmp_path), "--threads", "2"]
+    assert main([*argv, "--recipes", ",".join(COMMAND_RECIPES)]) == 0
     out = capsys.readouterr().out
     repo = tmp_path / "model_repository"
     assert f"model repository: {repo}" in out
-    promoted = [v.name for v in quick_build.variants if v.promoted]
-    assert f"promoted ({len(promoted)}/{len(quick_build.variants)}): " in out
-    # the build is deterministic given its settings and code: the same variants pass, on the
-    # same gate data, with the same reference
     fresh, cached = repository.read_manifest(repo), repository.read_manifest(quick_build.repository)
-    assert [e["name"] for e in fresh["variants"] if e["promoted"]] == promoted
+    made = [e["name"] for e in fresh["variants"]]
+    assert len(made) >= len(COMMAND_RECIPES) + 1  # the rows and the export they are made from
+    promoted = [e["name"] for e in fresh["variants"] if e["promoted"]]
+    assert f"promoted ({len(promoted)}/{len(made)}): " in out
+    # the build is deterministic given its settings and code: the same variants pass the same
+    # gates, on the same gate data, with the same values (to float round-off), as in the full
+    # quick build
+    by_name = {e["name"]: e for e in cached["variants"]}
+    for entry in fresh["variants"]:
+        before = by_name[entry["name"]]
+        assert entry["promoted"] == before["promoted"], entry["name"]
+        now = {g["name"]: (g["passed"], g["value"]) for g in entry["gates"]}
+        then = {g["name"]: (g["passed"], g["value"]) for g in before["gates"]}
+        assert now.keys() == then.keys(), entry["name"]
+        for gate, (passed, value) in now.items():
+            assert passed == then[gate][0], (entry["name"], gate)
+            assert value == pytest.approx(then[gate][1], rel=1e-4, abs=1e-6), (entry["name"], gate)
     assert fresh["gate_data"] == cached["gate_data"]
     for name in promoted:
         assert (repo / name / "1" / "model.onnx").is_file()
+
+
+def test_build_refuses_an_unknown_recipe_in_one_line(tmp_path, capsys) -> None:
+    argv = ["build", "--quick", "--out", str(tmp_path / "out"), "--recipes", "int8_dynamic,int3"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--recipes: no recipe 'int3'; recipes: fp32_dynamo" in err[0]
+    assert not (tmp_path / "out").exists()  # refused before any work
 
 
 def test_gate_re_runs_every_gate_of_the_quick_build(quick_build, capsys) -> None:

@@ -158,3 +158,14 @@ def test_a_new_recipe_is_one_table_row(art, monkeypatch):
     assert _ops(path)["MatMulInteger"] >= 36 - 6  # the other weight MatMuls are INT8
     report = gate_onnx(path, row.name)  # the row's gates, found by its name
     assert [r.name for r in report.results] == [c.measure for c in INT8_GATES]
+
+
+def test_a_subset_of_recipes_brings_the_rows_it_is_made_from():
+    from inference_pipeline.quantize import primary_recipes
+
+    names = [row.name for row in primary_recipes(["ov_int8_nncf_static", "fp16"])]
+    # each row after the rows it is made from, in table order
+    assert names == ["fp32", "fp32_fused", "fp16", "ov_int8_nncf", "ov_int8_nncf_static"]
+    assert [row.name for row in primary_recipes()] == [row.name for row in primary_recipes(None)]
+    with pytest.raises(KeyError, match="no recipe 'int3'"):
+        primary_recipes(["int3"])
