@@ -738,9 +738,9 @@ def main(argv: list[str] | None = None) -> int:
     batching |= {
         "continuous": ("continuous", step),
         "continuous-serial": ("continuous-serial", step),
+        "continuous-one-past": ("continuous-one-past", step),
     }
     steps = {**batching, "static-full-width": ("static-full-width", step)}
-    steps["continuous-one-past"] = ("continuous-one-past", step)
     _, held_out = corpus_bytes()
     args.out.mkdir(parents=True, exist_ok=True)
     suffix = "_http" if args.http else ""
