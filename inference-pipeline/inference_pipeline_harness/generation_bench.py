@@ -9,19 +9,21 @@ output tokens/s, requests/s, goodput under the declared SLO, TTFT, TPOT, ITL and
 latency (mean, median, p99).
 
 - ``batching``: continuous vs static batching per concurrency (in process, or ``--http``
-  through ``/v1/completions``).
+  through ``/v1/completions``): static with ``--threads`` and with 2 ONNX Runtime intra-op
+  threads, continuous with its prefill pass overlapped (the default), serial, and with one
+  dense past; the target is checked against every static.
 - ``prefix``: every prompt shares a 128-byte prefix; prefix caching off vs on (HTTP), TTFT and
   the hit rate from ``/metrics`` against the workload's.
 - ``memory``: the same KV pool, blocks on demand (with preemption) vs reserve-up-front:
   sequences running at the peak.
 - ``budget``: the per-step token budget swept at C=16 (what the knob trades).
 - ``passcost``: one 16-row decode pass against dense pasts of 50-250 positions.
-- ``steps``: the batching workload at C=16, static vs continuous (and static with its past
-  at full width from the first pass, continuous with one dense past instead of short and long
-  rows), every step-function call
-  timed: the time between two decode passes (what a running stream waits for its next token)
-  split into the decode pass, the prefill pass and everything else (scheduling, cache writes,
-  sampling), and the share and cost of iterations that carry a prefill chunk.
+- ``steps``: the batching workload at C=16, the batching variants (and static with its past
+  at full width from the first pass), every step-function call timed: the time from one
+  iteration's first pass to the next's (what a running stream waits for its next token) split
+  into the decode passes, the prefill pass, the time both ran at once and everything else
+  (scheduling, cache writes, sampling), and the share and cost of iterations that carry a
+  prefill chunk.
 """
 
 from __future__ import annotations
