@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -94,6 +96,57 @@ def test_rows_moving_from_the_short_to_the_long_past_keep_their_tokens(model: GP
     assert all(not d.lengths.any() for d in engine.dense)  # every row was given back
 
 
+class ThreadRecordingStep(TorchStep):
+    """Eager PyTorch, noting which thread ran each call and whether it was a prefill pass
+    (more than one new token, or an empty past) or a decode pass."""
+
+    def __init__(self, model: GPT) -> None:
+        super().__init__(model)
+        self.threads: list[tuple[str, str]] = []  # (kind, thread name)
+
+    def __call__(self, tokens, positions, attention_mask, past):
+        kind = "prefill" if tokens.shape[1] > 1 or past[0].shape[2] == 0 else "decode"
+        self.threads.append((kind, threading.current_thread().name))
+        return super().__call__(tokens, positions, attention_mask, past)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_overlapped_prefill_gives_the_serial_engines_tokens(model: GPT, temperature: float) -> None:
+    """Prefill passes on the worker thread, at the same time as the decode passes: every
+    token equals the serial engine's (greedy: and the no-cache oracle's; seeded sampling too),
+    with requests arriving while others decode, chunked prompts and rows moving between the
+    short and the long past."""
+    sampling = SamplingParams(temperature, top_k=20, seed=3) if temperature else SamplingParams()
+
+    def run(overlap: bool) -> tuple[list[list[int]], ThreadRecordingStep]:
+        step = ThreadRecordingStep(model)
+        engine = ContinuousBatchingEngine(
+            step, max_num_seqs=4, max_num_batched_tokens=10, block_size=4, short_width=16,
+            overlap_prefill=overlap,
+        )  # fmt: skip
+        handles = [engine.submit(GenerationRequest(PROMPTS[0], 24, sampling=sampling))]
+        for _ in range(3):  # it decodes while the others are prefilled in chunks
+            engine.step()
+        handles += [engine.submit(GenerationRequest(p, 24, sampling=sampling)) for p in PROMPTS[1:]]
+        while engine.step():
+            engine.cache.check()
+        assert engine.cache.free_blocks == engine.cache.num_blocks
+        return [h.tokens for h in handles], step
+
+    overlapped, on_worker = run(True)
+    serial, on_engine = run(False)
+    assert overlapped == serial
+    if not temperature:
+        assert overlapped == [greedy_no_cache(model, p, 24) for p in PROMPTS]
+    engine_thread = threading.current_thread().name
+    assert {name for kind, name in on_engine.threads} == {engine_thread}
+    assert {name for kind, name in on_worker.threads if kind == "decode"} == {engine_thread}
+    prefill_threads = {name for kind, name in on_worker.threads if kind == "prefill"}
+    assert len(prefill_threads) == 1 and engine_thread not in prefill_threads
+    assert sorted(on_worker.threads) != sorted(on_engine.threads)  # same passes, other threads
+    assert len(on_worker.threads) == len(on_engine.threads)
+
+
 def test_static_batching_gives_the_same_greedy_tokens(model: GPT) -> None:
     engine = StaticBatchingEngine(TorchStep(model), batch_size=4, max_wait_s=0)
     lengths = [5, 20, 1, 12]
@@ -134,15 +187,18 @@ def counted(prompt: bytes, count: int) -> list[int]:
     return [(prompt[-1] + 1 + i) % 256 for i in range(count)]
 
 
-def test_block_accounting_never_leaks_over_1000_random_requests() -> None:
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlapped", "serial"])
+def test_block_accounting_never_leaks_over_1000_random_requests(overlap: bool) -> None:
     """Random prompts (many sharing prefixes), lengths, stop sequences and cancellations on a
     pool too small for the running batch: blocks are preempted, shared and evicted, and
-    ``check()`` holds after every step; every answer is the one it gets alone."""
+    ``check()`` holds after every step; every answer is the one it gets alone. Both with the
+    prefill pass overlapped with the decode passes (the default) and with every pass serial."""
     rng = np.random.default_rng(0)
     prefixes = [bytes(rng.integers(97, 123, size=12).tolist()) for _ in range(4)]
     engine = ContinuousBatchingEngine(
-        CountingStep(), max_num_seqs=8, max_num_batched_tokens=24, num_blocks=24, block_size=4
-    )
+        CountingStep(), max_num_seqs=8, max_num_batched_tokens=24, num_blocks=24, block_size=4,
+        overlap_prefill=overlap,
+    )  # fmt: skip
     handles = []
     for _ in range(1000):
         tail = bytes(rng.integers(97, 123, size=int(rng.integers(1, 18))).tolist())

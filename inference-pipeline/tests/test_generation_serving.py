@@ -208,7 +208,14 @@ def test_waiting_streams_park_no_thread(gated_server):
         thread.start()
     engine = service.engine
     wait_until(lambda: len(engine.running) + engine.queue_depth() == clients, "streams in")
-    time.sleep(0.6)  # > 2 disconnect polls: each would have borrowed a thread by now
+
+    # every waiting stream has checked its client twice: each would have borrowed a thread
+    # by now if waiting took one
+    def polled_twice() -> bool:
+        checks = dict(service.disconnect_checks)  # written on the server's event loop
+        return len(checks) == clients and min(checks.values()) >= 2
+
+    wait_until(polled_twice, "two disconnect checks per stream")
     added = {t.name for t in threading.enumerate()} - before - {t.name for t in threads}
     assert len(added) < clients, f"threads started while {clients} streams waited: {added}"
     gate.open.set()

@@ -8,8 +8,9 @@ paged KV cache in host memory and call a step function with NumPy arrays. :class
 is that step function on the GPU: the arrays go to the device, the GPT (the pipeline's
 default config, randomly initialised: the output lengths are fixed by ``max_new_tokens``, so
 timings do not depend on the weights) runs with FP16 weights under autocast (the attention
-bias and softmax stay FP32), and logits and the present keys/values come back as FP32. So the
-figures include the host-device copies of the kept cache on every step, which is what this
+bias and softmax stay FP32), and logits and the new tokens' keys/values (the graph returns only
+those; the engine appends them to its cache) come back as FP32. So the figures include copying
+the kept past to the device on every step and the new keys/values back, which is what this
 engine design costs on a GPU. The workload and the closed loop are the generation
 benchmark's (the same long-tailed output lengths), both engines timed in alternating rounds.
 
@@ -82,8 +83,8 @@ def step_difference(step: DeviceStep, reference: project_apis.TorchStep, seed: i
     diffs = []
     caches = {}
     for name, fn in (("device", step), ("reference", reference)):
-        logits, present = fn(tokens, positions, mask, past)
-        caches[name] = (logits, present)
+        logits, new = fn(tokens, positions, mask, past)  # after an empty past: the whole cache
+        caches[name] = (logits, new)
     diffs.append(np.max(np.abs(caches["device"][0] - caches["reference"][0])))
     nxt = caches["reference"][0][:, -1].argmax(axis=1)[:, None].astype(np.int64)
     decode_mask = np.ones((3, 17), dtype=np.int64)

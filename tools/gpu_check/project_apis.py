@@ -123,7 +123,7 @@ async def submit(batcher: Any, payload: Any, length: int) -> Any:
 
 def engine_comparison(
     step: StepFunction, text: np.ndarray, concurrency: int, requests_per_client: int, rounds: int
-) -> tuple[list[RunResult], dict[str, float | bool]]:
+) -> tuple[list[RunResult], dict[str, float | bool | str]]:
     """Static vs continuous batching on the same closed-loop workload (the generation
     benchmark's), alternating round by round; the field-wise medians and the verdict at
     ``concurrency``."""

@@ -5,8 +5,9 @@ Every iteration (a token boundary) it drops finished and cancelled requests, ask
 ``TokenBudgetScheduler`` for a plan (every running decode, then prefill chunks up to the
 per-step token budget; blocks on demand, preemption by recompute, prefix-cache hits), runs a
 decode pass over each of its two dense pasts (short rows and long rows, so a short row is not
-padded to the longest) and one prefill pass, and samples the next token of every sequence
-whose known tokens are all in the cache. The budget is what keeps a long new prompt from
+padded to the longest) and one prefill pass (by default on a worker thread, at the same time
+as the decode passes), and samples the next token of every sequence whose known tokens are
+all in the cache. The budget is what keeps a long new prompt from
 stalling everyone's next token (inter-token latency).
 
 StaticBatchingEngine: the baseline. It waits for a full batch (or ``max_wait_s``), prefills it,
@@ -19,6 +20,8 @@ import collections
 import logging
 import threading
 import time
+import weakref
+from concurrent import futures
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +35,7 @@ from inference_pipeline.generation.requests import (
 )
 from inference_pipeline.generation.runtime import StepFunction, empty_past
 from inference_pipeline.generation.sampling import sample_next
-from inference_pipeline.generation.scheduler import SequenceState, TokenBudgetScheduler
+from inference_pipeline.generation.scheduler import Plan, SequenceState, TokenBudgetScheduler
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,17 @@ class QueueFull(RuntimeError):
 
 class EngineClosed(RuntimeError):
     """The engine is shutting down and takes no new requests."""
+
+
+@dataclass
+class _PrefillPass:
+    """One iteration's prefill pass, built before the passes run: its chunks, where each
+    starts, the dense rows they go to, and the step function's inputs."""
+
+    chunks: list[tuple[SequenceState, int]]
+    starts: list[int]
+    places: list[tuple[int, int]]
+    inputs: tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]
 
 
 @dataclass
@@ -129,6 +143,7 @@ class ContinuousBatchingEngine(_Engine):
         prefix_caching: bool = True,
         reserve_up_front: bool = False,
         short_width: int | None = None,
+        overlap_prefill: bool = True,
     ) -> None:
         super().__init__(step, max_queue)
         per_sequence = -(-self.config.max_positions // block_size)
@@ -154,6 +169,14 @@ class ContinuousBatchingEngine(_Engine):
         ]
         self._row_of: dict[int, tuple[int, int]] = {}  # sequence id -> (dense past, row)
         self._free_rows = [list(range(max_num_seqs)) for _ in self.dense]
+        # With ``overlap_prefill`` an iteration's prefill pass runs on this one worker thread
+        # while this thread runs the decode passes: the step function releases the GIL (ONNX
+        # Runtime's run, PyTorch's ops), so on two cores an iteration costs about the longer
+        # of the two, not their sum. Only the step calls overlap; every write is on this thread.
+        self._worker = None
+        if overlap_prefill:
+            self._worker = futures.ThreadPoolExecutor(1, thread_name_prefix="generation-prefill")
+            weakref.finalize(self, self._worker.shutdown, wait=False)
 
     @property
     def running(self) -> list[SequenceState]:
@@ -182,8 +205,7 @@ class ContinuousBatchingEngine(_Engine):
             return bool(self.running)
         self.stats.iterations += 1
         try:
-            self._decode(plan.decode)
-            self._prefill(plan.prefill)
+            self._iterate(plan)
         except Exception:
             # The model failed: end every running request with "error" (streams close, blocks
             # return) rather than leave callers waiting; the caller sees the exception.
@@ -193,6 +215,41 @@ class ContinuousBatchingEngine(_Engine):
             raise
         self._retire()
         return True
+
+    def _iterate(self, plan: Plan) -> None:
+        """Place every row first (a placement may grow or move a dense past), then build every
+        pass's inputs, run the passes (the prefill pass on the worker thread when
+        ``overlap_prefill``), and only then write their keys/values and sample. The prefill
+        rows are not decode rows, and while the passes run nothing writes what they read:
+        the decode passes read their dense pasts in place, the prefill pass a copy."""
+        lengths = self.cache.lengths
+        places = [self._row(s, lengths[s.id] + 1) for s in plan.decode]
+        prefill = self._prefill_inputs(plan.prefill) if plan.prefill else None
+        decodes = []
+        for which, dense in enumerate(self.dense):
+            members = [(s, r) for s, (w, r) in zip(plan.decode, places, strict=True) if w == which]
+            if members:
+                rows = np.array([r for _, r in members])
+                decodes.append((dense, [s for s, _ in members], rows))
+        decode_inputs = [self._decode_inputs(dense, seqs, rows) for dense, seqs, rows in decodes]
+        pending = None
+        if prefill is not None and self._worker is not None:
+            pending = self._worker.submit(self.step_fn, *prefill.inputs)
+        try:
+            decode_outputs = [self.step_fn(*inputs) for inputs in decode_inputs]
+        finally:
+            if pending is not None:
+                futures.wait([pending])  # the worker is done reading before anything is written
+        if prefill is not None:
+            prefill_outputs = (
+                pending.result() if pending is not None else self.step_fn(*prefill.inputs)
+            )
+        for (dense, seqs, rows), inputs, outputs in zip(
+            decodes, decode_inputs, decode_outputs, strict=True
+        ):
+            self._decode_done(dense, seqs, rows, inputs[0], outputs)
+        if prefill is not None:
+            self._prefill_done(prefill, prefill_outputs)
 
     def _retire(self) -> None:
         """Drop finished and cancelled sequences; their blocks go back to the pool."""
@@ -247,23 +304,24 @@ class ContinuousBatchingEngine(_Engine):
         self._row_of[seq.id] = (which, row)
         return which, row
 
-    def _decode(self, seqs: list[SequenceState]) -> None:
-        """One new token for each of ``seqs``: one pass per dense past holding some of them."""
-        lengths = self.cache.lengths
-        places = [self._row(s, lengths[s.id] + 1) for s in seqs]  # may move rows: first
-        for which, dense in enumerate(self.dense):
-            members = [(s, row) for s, (w, row) in zip(seqs, places, strict=True) if w == which]
-            if members:
-                self._decode_pass(dense, [s for s, _ in members], np.array([r for _, r in members]))
-
-    def _decode_pass(self, dense: DensePast, seqs: list[SequenceState], rows: np.ndarray) -> None:
-        """One pass over ``dense``'s rows ``0 .. top``, one new token for each of ``seqs`` (at
+    def _decode_inputs(self, dense: DensePast, seqs: list[SequenceState], rows: np.ndarray):
+        """A pass over ``dense``'s rows ``0 .. top``, one new token for each of ``seqs`` (at
         ``rows``); rows of sequences not decoding ride along masked, their outputs dropped."""
         top = int(rows.max()) + 1
         tokens = np.zeros((top, 1), dtype=np.int64)
         tokens[rows, 0] = [s.handle.tokens[-1] for s in seqs]
         positions = np.minimum(dense.lengths[:top], self.config.max_positions - 1)[:, None]
-        logits, new = self.step_fn(tokens, positions, dense.decode_mask(top), dense.past(top))
+        return tokens, positions, dense.decode_mask(top), dense.past(top)
+
+    def _decode_done(
+        self,
+        dense: DensePast,
+        seqs: list[SequenceState],
+        rows: np.ndarray,
+        tokens: np.ndarray,
+        outputs: tuple[np.ndarray, list[np.ndarray]],
+    ) -> None:
+        logits, new = outputs
         new_kv = np.stack(new)[:, :, :, 0][:, rows]  # [2L, len(seqs), H, D]
         dense.append_one_each(rows, new_kv)
         self.cache.append_one_each(
@@ -273,11 +331,9 @@ class ContinuousBatchingEngine(_Engine):
         for seq, row in zip(seqs, rows, strict=True):
             self._emit(seq.handle, logits[row, 0])
 
-    def _prefill(self, chunks: list[tuple[SequenceState, int]]) -> None:
-        """One pass over the chunks, each after its sequence's cached tokens (read from its
-        dense row); the new keys/values go to the blocks and to the row."""
-        if not chunks:
-            return
+    def _prefill_inputs(self, chunks: list[tuple[SequenceState, int]]) -> _PrefillPass:
+        """One pass over the chunks, each after its sequence's cached tokens (copied from its
+        dense row into the pass's own past)."""
         starts = [self.cache.lengths.get(seq.id, 0) for seq, _ in chunks]
         places = [self._row(seq, s + n) for (seq, n), s in zip(chunks, starts, strict=True)]
         width, new = max(starts), max(n for _, n in chunks)
@@ -293,11 +349,19 @@ class ContinuousBatchingEngine(_Engine):
         past = np.zeros((2 * c.n_layer, len(chunks), c.n_head, width, c.head_dim), np.float32)
         for i, ((which, row), start) in enumerate(zip(places, starts, strict=True)):
             past[:, i, :, :start] = self.dense[which].kv[:, row, :, :start]
-        logits, new_kv = self.step_fn(tokens, positions, mask, list(past))
+        return _PrefillPass(chunks, starts, places, (tokens, positions, mask, list(past)))
+
+    def _prefill_done(
+        self, prefill: _PrefillPass, outputs: tuple[np.ndarray, list[np.ndarray]]
+    ) -> None:
+        """The chunks' new keys/values go to the blocks and to the rows; a sequence whose
+        known tokens are now all cached samples its next token from its last position."""
+        logits, new_kv = outputs
+        tokens = prefill.inputs[0]
         keys, values = np.stack(new_kv[0::2]), np.stack(new_kv[1::2])  # [L, B, H, T, D]
         self.stats.prefill_passes += 1
         for i, ((seq, n), start, (which, row)) in enumerate(
-            zip(chunks, starts, places, strict=True)
+            zip(prefill.chunks, prefill.starts, prefill.places, strict=True)
         ):
             self.cache.append(
                 seq.id, tokens[i, :n].tolist(), keys[:, i, :, :n], values[:, i, :, :n]

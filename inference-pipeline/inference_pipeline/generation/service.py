@@ -111,6 +111,9 @@ class GenerationService:
         # the server's per-model counters (the statistics extension and /metrics' request
         # counts), set when the routes are attached to a server
         self.statistics: ModelStatistics | None = None
+        # per request id of each stream still open: how many times it has checked that its
+        # client is still connected (the entry goes when the stream ends)
+        self.disconnect_checks: dict[int, int] = {}
 
     def start(self) -> GenerationService:
         self.runner.start()
@@ -262,6 +265,7 @@ async def stream_chunks(
     arrived = _wake_on_chunk(handle, loop)
     finished = False
     next_check = loop.time() + DISCONNECT_POLL_S
+    service.disconnect_checks[handle.id] = 0
     try:
         while True:
             arrived.clear()
@@ -278,10 +282,12 @@ async def stream_chunks(
                     return
             if loop.time() >= next_check:  # also while tokens flow (non-streaming routes)
                 next_check = loop.time() + DISCONNECT_POLL_S
+                service.disconnect_checks[handle.id] += 1
                 if await request.is_disconnected():
                     return
     finally:
         handle.listener = None
+        service.disconnect_checks.pop(handle.id, None)
         if not finished:
             handle.cancel()
         record(service, handle)
