@@ -67,9 +67,9 @@ def unit_of(nodeid: str) -> str:
 class SharedFixtureScheduling(LoadScopeScheduling):
     """Load-scope scheduling whose scope is :func:`unit_of` (a file, or a group of files)."""
 
-    def _split_scope(
-        self, nodeid: str
-    ) -> str:  # the hook LoadScopeScheduling's subclasses override
+    # _split_scope is the method LoadScopeScheduling's own subclasses (by file, by group)
+    # override to choose the unit of work.
+    def _split_scope(self, nodeid: str) -> str:
         return unit_of(nodeid)
 
 
