@@ -8,9 +8,9 @@ same split everywhere.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,41 +58,74 @@ MAX_SHINGLE_ARTICLES = 10
 def duplicate_groups(texts: list[str]) -> list[list[int]]:
     """Indices of ``texts`` grouped so that copies and near-copies share a group: equal after
     collapsing case and whitespace, or sharing at least NEAR_DUPLICATE_OVERLAP of the smaller
-    article's 5-word shingles. Groups are in order of their first member."""
-    parent = list(range(len(texts)))
+    article's 5-word shingles. Groups are in order of their first member, members ascending."""
+    n = len(texts)
+    parent = np.arange(n)
 
     def find(i: int) -> int:
         while parent[i] != i:
             parent[i] = parent[parent[i]]
-            i = parent[i]
+            i = int(parent[i])
         return i
 
     def union(a: int, b: int) -> None:
         parent[find(a)] = find(b)
 
     words = [text.lower().split() for text in texts]
-    first_with: dict[str, int] = {}
+    first_with: dict[tuple[str, ...], int] = {}
     for i, w in enumerate(words):
-        union(i, first_with.setdefault(" ".join(w), i))
-    shingles = [
-        {" ".join(w[j : j + SHINGLE_WORDS]) for j in range(max(1, len(w) - SHINGLE_WORDS + 1))}
-        for w in words
-    ]
-    postings: defaultdict[str, list[int]] = defaultdict(list)
-    for i, article in enumerate(shingles):
-        for shingle in article:
-            postings[shingle].append(i)
-    shared: Counter[tuple[int, int]] = Counter()
-    for ids in postings.values():
-        if 1 < len(ids) <= MAX_SHINGLE_ARTICLES:
-            shared.update(itertools.combinations(ids, 2))
-    for (a, b), count in shared.items():
-        if count >= NEAR_DUPLICATE_OVERLAP * min(len(shingles[a]), len(shingles[b])):
-            union(a, b)
+        union(i, first_with.setdefault(tuple(w), i))
+    pairs, shared, sizes = _shared_shingle_counts(words)
+    close = shared >= NEAR_DUPLICATE_OVERLAP * np.minimum(sizes[pairs[:, 0]], sizes[pairs[:, 1]])
+    for a, b in pairs[close].tolist():
+        union(a, b)
+    roots = [find(i) for i in range(n)]
     groups: dict[int, list[int]] = {}
-    for i in range(len(texts)):
-        groups.setdefault(find(i), []).append(i)
+    for i, root in enumerate(roots):
+        groups.setdefault(root, []).append(i)
     return list(groups.values())
+
+
+def _shared_shingle_counts(words: list[list[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every pair of articles (a < b) sharing a shingle that at most MAX_SHINGLE_ARTICLES
+    articles hold: ``pairs`` (m, 2), how many distinct such shingles they share, and each
+    article's count of distinct shingles.
+
+    A shingle is the SHINGLE_WORDS word ids starting at a position (an article shorter than
+    that has one shingle: its words, padded with an id no word has). Its id is built a word at
+    a time: (id so far, next word) numbered densely by ``np.unique``, so two shingles get the
+    same id exactly when their words are equal."""
+    n = len(words)
+    flat = [t for w in words for t in w]
+    vocabulary = {t: i for i, t in enumerate(set(flat))}
+    pad = len(vocabulary)
+    ids = np.fromiter(map(vocabulary.__getitem__, flat), np.int64, len(flat))
+    ends = np.cumsum([len(w) for w in words])
+    windows = []
+    for article_ids in np.split(ids, ends[:-1]) if n else []:
+        if len(article_ids) < SHINGLE_WORDS:
+            article_ids = np.concatenate(
+                [article_ids, np.full(SHINGLE_WORDS - len(article_ids), pad, np.int64)]
+            )
+        windows.append(np.lib.stride_tricks.sliding_window_view(article_ids, SHINGLE_WORDS))
+    if not windows:
+        return np.empty((0, 2), np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+    window = np.concatenate(windows)
+    article = np.repeat(np.arange(n), [len(w) for w in windows])
+    shingle = window[:, 0]
+    for column in range(1, SHINGLE_WORDS):
+        shingle = np.unique(shingle * (pad + 1) + window[:, column], return_inverse=True)[1]
+    held = np.unique(shingle * n + article)  # distinct (shingle, article), sorted by shingle
+    holders = held % n
+    sizes = np.bincount(holders, minlength=n)
+    _, starts, per_shingle = np.unique(held // n, return_index=True, return_counts=True)
+    found = [np.empty(0, np.int64)]
+    for k in range(2, MAX_SHINGLE_ARTICLES + 1):
+        posting = holders[starts[per_shingle == k][:, None] + np.arange(k)]  # ascending rows
+        for i, j in itertools.combinations(range(k), 2):
+            found.append(posting[:, i] * n + posting[:, j])
+    codes, shared = np.unique(np.concatenate(found), return_counts=True)
+    return np.column_stack([codes // n, codes % n]), shared, sizes
 
 
 @dataclass(frozen=True)
@@ -131,6 +164,24 @@ class BBCNewsSplit:
         return BBCNewsSplit(train_texts, train_labels, dev_texts, dev_labels, self.label_names)
 
 
+@functools.cache
+def _topics(root: Path) -> tuple[tuple[str, int, tuple[tuple[str, ...], ...]], ...]:
+    """Per topic (sorted by name): its name, its article count and its articles grouped by
+    ``duplicate_groups``. The same for every seed and fraction, so read once per process."""
+    label_names = sorted(p.name for p in root.iterdir() if p.is_dir())
+    if not label_names:
+        raise FileNotFoundError(f"no topic folders under {root}")
+    topics = []
+    for name in label_names:
+        texts = [_read_article(path) for path in sorted((root / name).glob("*.txt"))]
+        # The corpus repeats about a hundred articles, some re-run with small edits: every copy
+        # of a story stays on the same side of the split so dev accuracy is not inflated by
+        # articles seen in training.
+        groups = tuple(tuple(texts[i] for i in group) for group in duplicate_groups(texts))
+        topics.append((name, len(texts), groups))
+    return tuple(topics)
+
+
 def load_bbc_news(dev_fraction: float = 0.2, seed: int = 0) -> BBCNewsSplit:
     """All 2,225 articles, split per topic into train and dev.
 
@@ -139,21 +190,13 @@ def load_bbc_news(dev_fraction: float = 0.2, seed: int = 0) -> BBCNewsSplit:
     """
     if not (math.isfinite(dev_fraction) and 0.0 < dev_fraction < 1.0):
         raise ValueError(f"dev_fraction must be in (0, 1), got {dev_fraction}")
-    root = bbc_news_dir()
-    label_names = tuple(sorted(p.name for p in root.iterdir() if p.is_dir()))
-    if not label_names:
-        raise FileNotFoundError(f"no topic folders under {root}")
+    topics = _topics(bbc_news_dir())
+    label_names = tuple(name for name, _, _ in topics)
     rng = np.random.default_rng(seed)
     train: list[tuple[str, int]] = []
     dev: list[tuple[str, int]] = []
-    for label, name in enumerate(label_names):
-        files = sorted((root / name).glob("*.txt"))
-        texts = [_read_article(path) for path in files]
-        # The corpus repeats about a hundred articles, some re-run with small edits: keep every
-        # copy of a story on the same side of the split so dev accuracy is not inflated by
-        # articles seen in training.
-        groups = [[texts[i] for i in group] for group in duplicate_groups(texts)]
-        n_dev = round(len(files) * dev_fraction)
+    for label, (name, n_files, groups) in enumerate(topics):
+        n_dev = round(n_files * dev_fraction)
         taken = 0
         for i in rng.permutation(len(groups)):
             part = dev if taken < n_dev else train
@@ -163,7 +206,7 @@ def load_bbc_news(dev_fraction: float = 0.2, seed: int = 0) -> BBCNewsSplit:
         for part_name, part, count in (("dev", dev, taken), ("train", train, None)):
             if (count if count is not None else sum(y == label for _, y in part)) == 0:
                 raise ValueError(
-                    f"dev_fraction={dev_fraction} leaves topic {name!r} ({len(files)} articles) "
+                    f"dev_fraction={dev_fraction} leaves topic {name!r} ({n_files} articles) "
                     f"with no {part_name} article"
                 )
     # Interleave topics so that any prefix of a part is roughly balanced.
