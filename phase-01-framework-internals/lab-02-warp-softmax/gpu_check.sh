@@ -18,7 +18,8 @@
 #
 # --dry-run (what `make test` runs, through the root script): no GPU, no build. The existing
 # build is loaded, a small CPU selection of the tests runs, and the sanitizer step runs its
-# kernel-path check on the CPU without the tool; check and bench are recorded as skipped.
+# kernel-path code on the CPU without the tool, on five row lengths (make test runs every
+# length on the CPU elsewhere); check and bench are recorded as skipped.
 #
 # Works offline with any Python torch supports (3.10-3.12; the GPU machine has 3.12): needs
 # python with a CUDA build of torch, setuptools, nvcc and ninja. Nothing is installed: the
@@ -112,13 +113,16 @@ run_tests() {
   fi
 }
 
-# The kernel paths that compute-sanitizer memcheck runs (warp_softmax_harness.compare).
+# The kernel paths that compute-sanitizer memcheck runs (warp_softmax_harness.compare); a
+# third argument N limits both checks to the first N row lengths of their lists.
 kernel_paths_code() {
-  local device=$1 dtypes=$2
+  local device=$1 dtypes=$2 first=${3:-}
   echo "import torch, warp_softmax
-from warp_softmax_harness.compare import check_converting_paths, check_kernel_paths
-print('cases', check_kernel_paths('$device', $dtypes))
-print('converting cases (dtype=, FP8, log_softmax)', check_converting_paths('$device'))"
+from warp_softmax_harness.compare import (CONVERTING_ROW_LENGTHS, KERNEL_PATH_ROW_LENGTHS,
+    check_converting_paths, check_kernel_paths)
+print('cases', check_kernel_paths('$device', $dtypes, KERNEL_PATH_ROW_LENGTHS[:$first]))
+print('converting cases (dtype=, FP8, log_softmax)',
+      check_converting_paths('$device', CONVERTING_ROW_LENGTHS[:$first]))"
 }
 
 # It needs a runtime that exposes the GPU's debugging interface (Firecracker yes, gVisor no):
@@ -137,9 +141,10 @@ sanitize() {
   return 0
 }
 
-# The dry run's sanitizer step: the same kernel-path check on the CPU, without the tool.
+# The dry run's sanitizer step: the same kernel-path code on the CPU, without the tool, on the
+# first five row lengths (tests/test_values.py and tests/test_cpu.py run every length).
 sanitize_dry() {
-  "$PY" -c "$(kernel_paths_code cpu '(torch.float32,)')"
+  "$PY" -c "$(kernel_paths_code cpu '(torch.float32,)' 5)"
 }
 
 export PY OUT

@@ -59,17 +59,22 @@ KERNEL_PATH_ROW_LENGTHS = (1, 3, 31, 32, 33, 100, 1000, 1024, 1025, 2047, 2048, 
                            4097, 4100, 8192, 12345, 32768)  # fmt: skip
 
 
-def check_kernel_paths(device: str, dtypes: tuple[torch.dtype, ...] | None = None) -> int:
+def check_kernel_paths(
+    device: str,
+    dtypes: tuple[torch.dtype, ...] | None = None,
+    row_lengths: tuple[int, ...] = KERNEL_PATH_ROW_LENGTHS,
+) -> int:
     """Forward and backward against F.softmax / ATen's backward for every row length in
-    KERNEL_PATH_ROW_LENGTHS, each dtype, on rows that start 16-byte aligned and on rows one
-    element off (a storage offset), with -inf and NaN planted in some rows. Raises
+    ``row_lengths`` (default KERNEL_PATH_ROW_LENGTHS), each dtype, on rows that start 16-byte
+    aligned and on rows one element off (a storage offset), with -inf and NaN planted in some
+    rows. Raises
     AssertionError on the first mismatch; returns the number of cases checked.
 
     Small on purpose (a few rows per length) so that it also runs under compute-sanitizer."""
     dtypes = dtypes or (torch.float32, torch.float64, torch.bfloat16, torch.float16)
     generator = torch.Generator().manual_seed(0)
     cases = 0
-    for n in KERNEL_PATH_ROW_LENGTHS:
+    for n in row_lengths:
         for dtype in dtypes:
             for offset in (0, 1):
                 rows = 3
@@ -104,15 +109,18 @@ def check_kernel_paths(device: str, dtypes: tuple[torch.dtype, ...] | None = Non
 CONVERTING_ROW_LENGTHS = (1, 7, 16, 33, 1000, 4101)
 
 
-def check_converting_paths(device: str) -> int:
+def check_converting_paths(
+    device: str, row_lengths: tuple[int, ...] = CONVERTING_ROW_LENGTHS
+) -> int:
     """log_softmax forward and backward in every floating dtype, dtype= widening pairs, FP8 in
-    and FP8 out, each against torch (FP8 through fp8.compare_fp8), rows aligned and one
-    element off. Raises AssertionError on the first mismatch; returns the number of cases."""
+    and FP8 out, each against torch (FP8 through fp8.compare_fp8), rows of each length in
+    ``row_lengths`` aligned and one element off. Raises AssertionError on the first mismatch;
+    returns the number of cases."""
     from .fp8 import FP8_TYPES, compare_fp8
 
     generator = torch.Generator().manual_seed(0)
     cases = 0
-    for n in CONVERTING_ROW_LENGTHS:
+    for n in row_lengths:
         for offset in (0, 1):
             storage = torch.randn(3 * n + offset, generator=generator) * 3
             x = storage[offset:].view(3, n).to(device)
