@@ -67,8 +67,7 @@ def check_kernel_paths(
     """Forward and backward against F.softmax / ATen's backward for every row length in
     ``row_lengths`` (default KERNEL_PATH_ROW_LENGTHS), each dtype, on rows that start 16-byte
     aligned and on rows one element off (a storage offset), with -inf and NaN planted in some
-    rows. Raises
-    AssertionError on the first mismatch; returns the number of cases checked.
+    rows. Raises AssertionError on the first mismatch; returns the number of cases checked.
 
     Small on purpose (a few rows per length) so that it also runs under compute-sanitizer."""
     dtypes = dtypes or (torch.float32, torch.float64, torch.bfloat16, torch.float16)
