@@ -99,13 +99,16 @@ build() {
 }
 
 # run_tests SELECTION FILES...: the tests of FILES that pytest's -k SELECTION picks (on CUDA
-# with 8 pytest-xdist workers where it is installed).
+# with 8 pytest-xdist workers where it is installed; a CPU selection, a few quick tests, in
+# one process rather than the root pytest.ini's two workers, each importing torch).
 run_tests() {
   local select=$1
   shift
   if "$PY" -c "import pytest" 2>/dev/null; then
     local parallel=()
-    if [[ $select == cuda* ]] && "$PY" -c "import xdist" 2>/dev/null; then parallel=(-n 8); fi
+    if "$PY" -c "import xdist" 2>/dev/null; then
+      if [[ $select == cuda* ]]; then parallel=(-n 8); else parallel=(-n 0); fi
+    fi
     "$PY" -m pytest "$@" -q -p no:cacheprovider -rs -k "$select" "${parallel[@]}"
   else
     echo "(pytest not installed: using gpu/mini_pytest.py, every test of the files)"
