@@ -54,6 +54,12 @@ def add_harness_commands(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--iterations", type=int, default=100, help="timed runs per variant")
     bench.add_argument("--quick", action="store_true", help="fewer runs")
     bench.add_argument("--plot", help="write the latency plot to this PNG file")
+    bench.add_argument(
+        "--pinning",
+        choices=("on", "off"),
+        default="on",
+        help="OpenVINO CPU pinning for its default and our OpenVINO rows alike (on: its default)",
+    )
     bench.add_argument("--serving", action="store_true", help="the serving benchmark instead")
     bench.add_argument(
         "--profile-openvino",

@@ -7,7 +7,9 @@ matter here:
 
 - ``INFERENCE_NUM_THREADS`` / ``NUM_STREAMS``: the counterpart of ONNX Runtime's intra-op
   threads and its one inter-op thread (one stream = one request at a time, ``threads``
-  cores for it).
+  cores for it). These and the other threading knobs (pinning, latency mode, core type,
+  hyper-threading) are declared once, :func:`threading_settings`, for our rows and the
+  bench's peer alike.
 - ``INFERENCE_PRECISION_HINT``: ``f32`` keeps FP32 numerics (the FP32 gates apply); ``bf16``
   runs MatMuls, attention and activations in bfloat16 with FP32 accumulation. OpenVINO's
   *default* on a CPU with ``avx512_bf16``/``amx_bf16`` is ``bf16``: a user loading our FP32
@@ -70,29 +72,45 @@ def bf16_unsupported_reason(flags: set[str] | None = None) -> str | None:
     return f"this CPU has none of the BF16 flags {', '.join(BF16_FLAGS)} in /proc/cpuinfo"
 
 
-def compile_settings(threads: int, hint: str = "f32", streams: int = 1) -> dict[str, object]:
-    """The OpenVINO CPU properties of one compiled model (see the module docstring);
-    ``hint`` is an ``INFERENCE_PRECISION_HINT`` value, ``f32`` or ``bf16``."""
-    if hint not in PRECISION_HINTS.values():
-        known = sorted(PRECISION_HINTS.values())
-        raise ValueError(f"INFERENCE_PRECISION_HINT {hint!r}: served here are {known}")
+# CPU pinning (``ENABLE_CPU_PINNING``): OpenVINO's default binds the inference thread to a
+# core while it runs a request. Every model timed alone here (gates, promotion, the bench, its
+# peer included) keeps that default, so our rows and "OpenVINO's default" differ only in
+# precision, graph and shapes. A served model is compiled unpinned: a pinned thread cannot
+# move off a core the server's event loop, tokenizer or another instance is using.
+PIN_WHEN_ALONE = True
+PIN_IN_SERVER = False
+
+
+def threading_settings(
+    threads: int, streams: int = 1, pinning: bool = PIN_WHEN_ALONE
+) -> dict[str, object]:
+    """The threading knobs of every OpenVINO model compiled here, declared once: the thread
+    and stream counts (the counterpart of ONNX Runtime's intra-op threads and its one
+    inter-op thread), and pinning, latency mode, core type and hyper-threading at OpenVINO's
+    own CPU defaults (``pinning`` aside, see ``PIN_IN_SERVER``)."""
     return {
         "INFERENCE_NUM_THREADS": int(threads),
         "NUM_STREAMS": int(streams),
         "PERFORMANCE_HINT": "LATENCY",
-        "INFERENCE_PRECISION_HINT": hint,
-        # Pinning would bind the inference threads to cores the server's event loop and
-        # tokenizer also need; ONNX Runtime's threads are not pinned either.
-        "ENABLE_CPU_PINNING": False,
+        "ENABLE_CPU_PINNING": bool(pinning),
+        "SCHEDULING_CORE_TYPE": "ANY_CORE",
+        "ENABLE_HYPER_THREADING": True,
     }
 
 
-def openvino_settings(threads: int, hint: str | None, streams: int = 1) -> dict[str, object]:
-    """The CPU properties a model is compiled with: :func:`compile_settings`, or with
-    ``hint=None`` OpenVINO's own defaults with only the thread and stream counts set."""
+def compile_settings(
+    threads: int, hint: str | None = "f32", streams: int = 1, pinning: bool = PIN_WHEN_ALONE
+) -> dict[str, object]:
+    """The CPU properties of one compiled model: :func:`threading_settings` and ``hint``, an
+    ``INFERENCE_PRECISION_HINT`` value (``f32`` or ``bf16``; None leaves OpenVINO to pick,
+    what a user gets from ``compile_model(path)``: BF16 on a CPU with BF16 arithmetic)."""
+    settings = threading_settings(threads, streams, pinning)
     if hint is None:
-        return {"INFERENCE_NUM_THREADS": int(threads), "NUM_STREAMS": int(streams)}
-    return compile_settings(threads, hint, streams)
+        return settings
+    if hint not in PRECISION_HINTS.values():
+        known = sorted(PRECISION_HINTS.values())
+        raise ValueError(f"INFERENCE_PRECISION_HINT {hint!r}: served here are {known}")
+    return {**settings, "INFERENCE_PRECISION_HINT": hint}
 
 
 def _load_error(path: Path, exc: Exception) -> OpenVinoError:
@@ -101,12 +119,18 @@ def _load_error(path: Path, exc: Exception) -> OpenVinoError:
     return OpenVinoError(f"{path}: OpenVINO cannot load it ({first})")
 
 
-def compile_model(path: Path, threads: int = 1, hint: str | None = "f32", streams: int = 1):
-    """An ``openvino.CompiledModel`` of ``path`` (ONNX or IR) on the CPU; ``hint=None``
-    compiles with OpenVINO's own defaults (what a user gets from ``compile_model(path)``)."""
+def compile_model(
+    path: Path,
+    threads: int = 1,
+    hint: str | None = "f32",
+    streams: int = 1,
+    pinning: bool = PIN_WHEN_ALONE,
+):
+    """An ``openvino.CompiledModel`` of ``path`` (ONNX or IR) on the CPU, compiled with
+    :func:`compile_settings`."""
     import openvino as ov
 
-    settings = openvino_settings(threads, hint, streams)
+    settings = compile_settings(threads, hint, streams, pinning)
     try:
         core = ov.Core()
         return core.compile_model(core.read_model(str(path)), "CPU", settings)
@@ -140,11 +164,12 @@ class StaticShapeModel:
         hint: str | None = "f32",
         streams: int = 1,
         max_shapes: int = MAX_COMPILED_SHAPES,
+        pinning: bool = PIN_WHEN_ALONE,
     ) -> None:
         import openvino as ov
 
         self.path = path
-        self.settings = openvino_settings(threads, hint, streams)
+        self.settings = compile_settings(threads, hint, streams, pinning)
         self.max_shapes = max_shapes
         self.core = ov.Core()
         try:

@@ -37,7 +37,7 @@ from inference_pipeline.model import (
     load_or_train,
     torch_outputs,
 )
-from inference_pipeline.openvino_runtime import bf16_unsupported_reason
+from inference_pipeline.openvino_runtime import PIN_WHEN_ALONE, bf16_unsupported_reason
 from inference_pipeline.quantize import METHODS, Recipe, primary_recipes, recipe
 from inference_pipeline.runtime import (
     Runner,
@@ -46,7 +46,7 @@ from inference_pipeline.runtime import (
     make_session,
     session_runner,
 )
-from inference_pipeline.serving.backends import backend_spec, make_backend
+from inference_pipeline.serving.backends import OpenVinoBackend, backend_spec, make_backend
 from inference_pipeline.tokenization import TextTokenizer
 
 MODEL_PREFIX = "bbc_minilm"
@@ -298,14 +298,21 @@ def missing_capability(row: Recipe) -> str | None:
 
 
 def variant_runner(
-    runtime: str, path: Path, threads: int, parameters: Mapping[str, str] | None = None
+    runtime: str,
+    path: Path,
+    threads: int,
+    parameters: Mapping[str, str] | None = None,
+    pinning: bool = PIN_WHEN_ALONE,
 ) -> Runner:
     """How build, gate and bench run a variant: ONNX Runtime through the one session factory
     with spinning on (one model runs alone), any other runtime through its serving backend
-    (``serving.backends.BACKENDS``) with the config parameters it reads."""
-    if backend_spec(runtime).platform == repository.PLATFORM:
+    (``serving.backends.BACKENDS``) with the config parameters it reads; OpenVINO with
+    ``pinning`` (default: OpenVINO's own, as the bench's peer runs)."""
+    spec = backend_spec(runtime)
+    if spec.platform == repository.PLATFORM:
         return session_runner(make_session(path, threads))
-    return backend_runner(make_backend(runtime, path, threads, parameters))
+    options = {"pinning": pinning} if spec.backend_class is OpenVinoBackend else None
+    return backend_runner(make_backend(runtime, path, threads, parameters, options))
 
 
 def probe_inputs(tokenizer: TextTokenizer, batch: int, sequence: int) -> dict[str, np.ndarray]:

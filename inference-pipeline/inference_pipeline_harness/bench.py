@@ -53,6 +53,7 @@ class Timing:
 class BenchResult:
     threads: int
     iterations: int
+    pinning: bool = True  # OpenVINO's CPU pinning, the peer's and our rows' alike
     timings: list[Timing] = field(default_factory=list)
     torch_p50_first_last: tuple[float, float] = (float("nan"), float("nan"))
     best_speedup: tuple[str, float] = ("", float("nan"))
@@ -105,8 +106,12 @@ def fixed_length_inputs(batch: int, sequence: int = SEQUENCE) -> dict[str, np.nd
     return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
 
 
-def run_bench(repo: Path, threads: int, iterations: int, progress=print) -> BenchResult:
-    """Time torch eager and every promoted variant of ``repo``."""
+def run_bench(
+    repo: Path, threads: int, iterations: int, progress=print, pinning: bool = True
+) -> BenchResult:
+    """Time torch eager and every promoted variant of ``repo``; OpenVINO's default and our
+    OpenVINO rows all run with the same threading knobs (``openvino_runtime.threading_settings``),
+    ``pinning`` included (True: OpenVINO's default)."""
     import onnxruntime as ort
     import torch
     from inference_pipeline.model import FineTuneConfig, load_or_train, torch_outputs
@@ -127,7 +132,7 @@ def run_bench(repo: Path, threads: int, iterations: int, progress=print) -> Benc
     trained = load_or_train(FineTuneConfig(**manifest["train_settings"]), progress=progress)
     eager = trained.classifier("sdpa")
     inputs = {"one": fixed_length_inputs(1), "eight": fixed_length_inputs(THROUGHPUT_BATCH)}
-    result = BenchResult(threads, iterations)
+    result = BenchResult(threads, iterations, pinning=pinning)
 
     def torch_runner(batch):
         return torch_outputs(eager, batch)
@@ -137,14 +142,16 @@ def run_bench(repo: Path, threads: int, iterations: int, progress=print) -> Benc
     fp32 = next((e for e in entries if e["recipe"] == "fp32"), None)
     if fp32 is not None:  # no OpenVINO settings at all: its defaults on this CPU
         runners[OPENVINO_DEFAULT] = variant_runner(
-            "openvino", folders[fp32["name"]].onnx_path, threads, {}
+            "openvino", folders[fp32["name"]].onnx_path, threads, {}, pinning
         )
         kinds[OPENVINO_DEFAULT] = ("default", "torchscript", "openvino")
     for entry in entries:
         folder = folders[entry["name"]]
         parameters = {k: v.string_value for k, v in folder.config.parameters.items()}
         platform = folder.config.platform or folder.config.backend
-        runners[entry["name"]] = variant_runner(platform, folder.onnx_path, threads, parameters)
+        runners[entry["name"]] = variant_runner(
+            platform, folder.onnx_path, threads, parameters, pinning
+        )
         kinds[entry["name"]] = (
             entry["precision"],
             entry["route"],
@@ -253,7 +260,8 @@ def format_table(result: BenchResult) -> str:
         )
     first, last = result.torch_p50_first_last
     lines.append(
-        f"threads: {result.threads} (torch, ONNX Runtime and OpenVINO intra-op); "
+        f"threads: {result.threads} (torch, ONNX Runtime and OpenVINO intra-op; OpenVINO CPU "
+        f"pinning {'on' if result.pinning else 'off'} for its default and our rows alike); "
         f"{result.iterations} timed runs per latency figure; "
         f"batch 1 and batch 8 at sequence {SEQUENCE}"
     )
@@ -344,6 +352,7 @@ def main(args: argparse.Namespace | None = None) -> int:
         parser.add_argument("--iterations", type=int, default=100)
         parser.add_argument("--quick", action="store_true")
         parser.add_argument("--plot")
+        parser.add_argument("--pinning", choices=("on", "off"), default="on")
         args = parser.parse_args()
     if args.threads < 1 or args.iterations < 1:
         print("error: --threads and --iterations must be at least 1", file=sys.stderr)
@@ -359,7 +368,7 @@ def main(args: argparse.Namespace | None = None) -> int:
         repo = build_cached().repository
     iterations = 20 if args.quick else args.iterations
     try:
-        result = run_bench(repo, args.threads, iterations)
+        result = run_bench(repo, args.threads, iterations, pinning=args.pinning == "on")
     except RepositoryError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

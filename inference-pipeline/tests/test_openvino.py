@@ -18,15 +18,22 @@ from inference_pipeline.gates import (
     min_cosine,
 )
 from inference_pipeline.openvino_runtime import (
+    PIN_WHEN_ALONE,
     StaticShapeModel,
     bf16_unsupported_reason,
     compile_settings,
     cpu_flags,
     padded_shape,
+    threading_settings,
 )
 from inference_pipeline.repository import load_model_folder, write_model_folder
 from inference_pipeline.runtime import backend_runner, make_session, session_runner
-from inference_pipeline.serving.backends import BackendError, OpenVinoBackend, backend_spec
+from inference_pipeline.serving.backends import (
+    BackendError,
+    OpenVinoBackend,
+    backend_spec,
+    make_backend,
+)
 from inference_pipeline.serving.models import load_model
 from inference_pipeline_harness.scenarios import quick_artifacts
 
@@ -67,8 +74,37 @@ def test_compile_settings_mirror_ort_threads_and_reject_unknown_precisions():
     settings = compile_settings(3, "bf16")
     assert settings["INFERENCE_NUM_THREADS"] == 3 and settings["NUM_STREAMS"] == 1
     assert settings["INFERENCE_PRECISION_HINT"] == "bf16"
+    assert "INFERENCE_PRECISION_HINT" not in compile_settings(3, None)  # OpenVINO picks
     with pytest.raises(ValueError, match="int4"):
         compile_settings(1, "int4")
+
+
+def test_our_rows_and_the_peer_compile_with_the_same_threading_knobs(art):
+    """The bench's peer (OpenVINO's own defaults, only the thread and stream counts set) and
+    our rows timed alone, dynamic or static shapes, report the same value of every threading
+    knob, read back from the compiled models; a served model differs in pinning alone."""
+    import openvino as ov
+
+    path = art.exports["torchscript"]
+    core = ov.Core()
+    peer = core.compile_model(
+        core.read_model(str(path)), "CPU", {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1}
+    )
+    alone = {"pinning": PIN_WHEN_ALONE}
+    dynamic = make_backend("openvino", path, 1, {"INFERENCE_PRECISION_HINT": "f32"}, alone)
+    static = make_backend(
+        "openvino", path, 1, {"INFERENCE_PRECISION_HINT": "f32", "STATIC_SHAPES": "true"}, alone
+    )
+    static.run(art.tokenizer.encode(art.gate_set.texts[:2]))
+    static_compiled = next(iter(static.static.requests.values())).get_compiled_model()
+    served = make_backend("openvino", path, 1, {"INFERENCE_PRECISION_HINT": "f32"})
+    for knob in threading_settings(1):
+        want = peer.get_property(knob)
+        assert dynamic.compiled.get_property(knob) == want, knob
+        assert static_compiled.get_property(knob) == want, knob
+        if knob != "ENABLE_CPU_PINNING":
+            assert served.compiled.get_property(knob) == want, knob
+    assert served.compiled.get_property("ENABLE_CPU_PINNING") is False
 
 
 def test_openvino_fp32_passes_the_fp32_gates_against_torch(art):

@@ -21,6 +21,8 @@ from typing import Protocol
 
 import numpy as np
 
+from inference_pipeline.openvino_runtime import PIN_IN_SERVER
+
 
 class BackendError(RuntimeError):
     """A model file that cannot be loaded; the message names the file."""
@@ -101,10 +103,15 @@ class OpenVinoBackend:
     (``f32``/``bf16``) sets its compute precision, and without one OpenVINO picks (as
     Triton's OpenVINO backend does: BF16 on a CPU with BF16 arithmetic); ``STATIC_SHAPES``
     ``true`` compiles it once per padded input shape (``StaticShapeModel``) instead of once
-    with dynamic shapes."""
+    with dynamic shapes. ``pinning``: ``ENABLE_CPU_PINNING`` (served models: off, see
+    ``openvino_runtime.PIN_IN_SERVER``)."""
 
     def __init__(
-        self, path: Path, threads: int = 1, parameters: Mapping[str, str] | None = None
+        self,
+        path: Path,
+        threads: int = 1,
+        parameters: Mapping[str, str] | None = None,
+        pinning: bool = PIN_IN_SERVER,
     ) -> None:
         from inference_pipeline.openvino_runtime import (
             STATIC_SHAPES_PARAMETER,
@@ -121,9 +128,9 @@ class OpenVinoBackend:
         self.static: StaticShapeModel | None = None
         try:
             if static == "true":
-                self.static = StaticShapeModel(path, threads, hint)
+                self.static = StaticShapeModel(path, threads, hint, pinning=pinning)
             else:
-                self.compiled = compile_model(path, threads, hint)
+                self.compiled = compile_model(path, threads, hint, pinning=pinning)
         except (OpenVinoError, ValueError) as exc:
             raise BackendError(str(exc)) from None
         if self.static is not None:
@@ -168,12 +175,14 @@ class BackendSpec:
         return self.names[0]
 
 
-# The session options of a served ORT model: spinning off (runtime.SPIN_IN_SERVER).
+# The options of a served model: ORT's spinning off (runtime.SPIN_IN_SERVER), OpenVINO's
+# pinning off (openvino_runtime.PIN_IN_SERVER).
 BACKENDS: tuple[BackendSpec, ...] = (
     BackendSpec(("onnxruntime_onnx", "onnxruntime"), OnnxRuntimeBackend, "model.onnx",
                 {"spinning": False}),
     BackendSpec(("litert", "tflite"), LiteRTBackend, "model.tflite", model_format="tflite"),
-    BackendSpec(("openvino",), OpenVinoBackend, "model.onnx", takes_parameters=True),
+    BackendSpec(("openvino",), OpenVinoBackend, "model.onnx", {"pinning": PIN_IN_SERVER},
+                takes_parameters=True),
 )  # fmt: skip
 
 
@@ -187,11 +196,17 @@ def backend_spec(name: str) -> BackendSpec:
 
 
 def make_backend(
-    platform: str, path: Path, threads: int, parameters: Mapping[str, str] | None = None
+    platform: str,
+    path: Path,
+    threads: int,
+    parameters: Mapping[str, str] | None = None,
+    options: Mapping[str, object] | None = None,
 ) -> Backend:
     """One instance of the backend registered for ``platform``; ``parameters``: the
-    config.pbtxt parameters, for a backend that reads them."""
+    config.pbtxt parameters, for a backend that reads them; ``options``: keyword options
+    that replace the registry's (a model timed alone instead of served)."""
     spec = backend_spec(platform)
+    keywords = {**spec.options, **(options or {})}
     if spec.takes_parameters:
-        return spec.backend_class(path, threads, parameters or {}, **spec.options)
-    return spec.backend_class(path, threads, **spec.options)
+        return spec.backend_class(path, threads, parameters or {}, **keywords)
+    return spec.backend_class(path, threads, **keywords)
