@@ -11,7 +11,7 @@ import pytest
 from inference_pipeline import repository
 from inference_pipeline.gates import GATES, Evaluation, GateSet, apply_gates, evaluate
 from inference_pipeline.model import torch_outputs
-from inference_pipeline.pipeline import variant_runner
+from inference_pipeline.pipeline import default_models, gate_repository, variant_runner
 from inference_pipeline.quantize import primary_recipes, recipe
 from inference_pipeline.runtime import make_session, session_runner
 from inference_pipeline.serving.models import load_repository
@@ -60,6 +60,27 @@ def test_int8_dynamic_and_static_pass_their_gates(quick_build) -> None:
     manifest = repository.read_manifest(quick_build.repository)
     promoted = {e["name"] for e in manifest["variants"] if e["promoted"]}
     assert {v.name for v in int8} <= promoted
+
+
+def test_gate_rerun_on_the_default_models_reads_them_from_disk(quick_build) -> None:
+    manifest = repository.read_manifest(quick_build.repository)
+    record = manifest["default_variant"]
+    names = default_models(manifest)
+    assert names[0] == record["served"]
+    assert set(names) == {record["served"], *(c["variant"] for c in record["by_batch"].values())}
+    logged: list[str] = []
+    reports = gate_repository(quick_build.repository, threads=1, progress=logged.append, only=names)
+    assert [r.name for r in reports] == [
+        e["name"] for e in manifest["variants"] if e["name"] in names
+    ]
+    built = {v.name: v.gates for v in quick_build.variants}
+    for report in reports:  # the same gates, the same values as at build time
+        assert report.passed, report.failed
+        again = {r.name: r.value for r in report.results}
+        assert again == pytest.approx(
+            {r.name: r.value for r in built[report.name].results}, rel=1e-4, abs=1e-6
+        )
+    assert not any("skipped" in line for line in logged)  # only promoted models were named
 
 
 def test_a_broken_int8_graph_is_refused(quick_build, tmp_path) -> None:

@@ -19,6 +19,7 @@ import json
 import os
 import platform
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -81,15 +82,18 @@ class BuildWarpSoftmax(cpp_extension.BuildExtension):
     capabilities: list[str] = []
 
     def build_extension(self, ext) -> None:  # type: ignore[override]
-        objects = []
-        for cap in self.capabilities:
-            source = str(CSRC / f"cpu_kernel_{cap}.cpp")
-            objects += self.compiler.compile(
-                [source],
-                output_dir=self.build_temp,
+        # The capability files are independent compiles: one per core at a time.
+        def compile_one(cap: str) -> list[str]:
+            return self.compiler.compile(
+                [str(CSRC / f"cpu_kernel_{cap}.cpp")],
+                # its own folder: the ninja compile writes a build.ninja per output folder
+                output_dir=os.path.join(self.build_temp, cap),
                 include_dirs=ext.include_dirs,
                 extra_postargs={"cxx": COMMON_CXX_FLAGS + KERNEL_CXX_FLAGS + capability_flags(cap)},
             )
+
+        with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+            objects = [obj for objs in pool.map(compile_one, self.capabilities) for obj in objs]
         # Linked after the generic code: the linker keeps the first copy of each inline
         # function shared by several files, so the copy built without -mavx* flags wins.
         ext.extra_objects = list(ext.extra_objects or []) + objects
