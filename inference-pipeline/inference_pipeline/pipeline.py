@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -506,8 +506,22 @@ def manifest_recipe(entry: dict) -> Recipe:
         raise repository.RepositoryError(f"manifest entry {entry.get('name')!r}: {exc}") from None
 
 
-def gate_repository(repo: Path, threads: int = 2, progress: Progress = print) -> list[GateReport]:
-    """Re-run the gates on every promoted variant of an existing repository."""
+def default_models(manifest: Mapping) -> list[str]:
+    """The model folders a server loads by default: the served one and each batch's fastest."""
+    record = manifest.get("default_variant", {})
+    names = [record["served"]] if "served" in record else []
+    names += [choice["variant"] for choice in record.get("by_batch", {}).values()]
+    return list(dict.fromkeys(names))
+
+
+def gate_repository(
+    repo: Path,
+    threads: int = 2,
+    progress: Progress = print,
+    only: Collection[str] | None = None,
+) -> list[GateReport]:
+    """Re-run the gates on every promoted variant of an existing repository (or on the
+    promoted ones among ``only``)."""
     repo = Path(repo)
     manifest = repository.read_manifest(repo)
     gate_data = manifest.get("gate_data", {})
@@ -516,6 +530,8 @@ def gate_repository(repo: Path, threads: int = 2, progress: Progress = print) ->
     reference = Evaluation.load(repo / repository.GATE_REFERENCE)
     reports = []
     for entry in manifest["variants"]:
+        if only is not None and entry["name"] not in only:
+            continue
         if not entry.get("promoted"):
             progress(f"  {entry['name']}: not promoted at build time, skipped")
             continue

@@ -106,6 +106,10 @@ def fixed_length_inputs(batch: int, sequence: int = SEQUENCE) -> dict[str, np.nd
     return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
 
 
+# `bench --quick`: a smoke run (every variant timed a few times), not figures to quote.
+QUICK_ITERATIONS = 6
+
+
 def run_bench(
     repo: Path, threads: int, iterations: int, progress=print, pinning: bool = True
 ) -> BenchResult:
@@ -366,7 +370,7 @@ def main(args: argparse.Namespace | None = None) -> int:
         from inference_pipeline.pipeline import build_cached
 
         repo = build_cached().repository
-    iterations = 20 if args.quick else args.iterations
+    iterations = QUICK_ITERATIONS if args.quick else args.iterations
     try:
         result = run_bench(repo, args.threads, iterations, pinning=args.pinning == "on")
     except RepositoryError as exc:

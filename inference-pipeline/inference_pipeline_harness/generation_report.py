@@ -1,9 +1,10 @@
 """The generation part of the pipeline's report: gates and the batching benchmark.
 
 ``build_subsection(out_dir, quick) -> Section``: the offline helper's ``report_section`` merges
-its checks, tables, images and headline into the pipeline's section. Full mode uses the trained
-checkpoint (training it first if it is not cached: ~15 min) and ONNX Runtime; quick mode uses a
-tiny untrained model in eager PyTorch, so it takes seconds and still measures every mechanism.
+its checks, tables, images and headline into the pipeline's section. Full mode uses the
+checkpoint trained with ``DEMO_TRAINING`` (trained first if it is not cached) and ONNX Runtime;
+quick mode uses a tiny untrained model in eager PyTorch, so it takes seconds and still
+measures every mechanism.
 """
 
 from __future__ import annotations
@@ -18,9 +19,14 @@ from inference_pipeline.generation.gates import cache_equality_gate, eval_prompt
 from inference_pipeline.generation.model import GPT, TINY_CONFIG
 from inference_pipeline.generation.requests import GenerationRequest
 from inference_pipeline.generation.runtime import OrtStep, TorchStep
+from inference_pipeline.generation.train import TrainSettings, corpus_bytes
 from phase01_common.report import Check, Image, Section, Table
 
 from inference_pipeline_harness.generation_bench import benchmark, plot, verdict
+
+# The demo's GPT: half the command line's default budget (`train-gpt`, 1200 steps), so a
+# first `make demo` trains it in about 3 minutes; `make bench` and `train-gpt` train longer.
+DEMO_TRAINING = TrainSettings(steps=600)
 
 
 def _tiny_model() -> GPT:
@@ -73,9 +79,8 @@ def build_subsection(out_dir: Path, quick: bool) -> Section:
             model_figure = ("model", "tiny, untrained (quick)")
         else:
             from inference_pipeline.generation.artifacts import load_artifacts
-            from inference_pipeline.generation.train import corpus_bytes
 
-            artifacts = load_artifacts()
+            artifacts = load_artifacts(settings=DEMO_TRAINING)
             model, config = artifacts.model, artifacts.model.config
             _, text = corpus_bytes()
             step = OrtStep(artifacts.files.onnx_fp32, config, threads=1)

@@ -48,7 +48,7 @@ def _pipeline_checks(result, reports, bench) -> list[Check]:
             f"{len(in_repo)} model folders, {len(refused)} variants refused",
         ),
         Check(
-            "`gate` re-run on the written repository passes",
+            "`gate` re-run on the written repository's default models passes",
             bool(reports) and all(r.passed for r in reports),
             f"{sum(r.passed for r in reports)}/{len(reports)}",
         ),

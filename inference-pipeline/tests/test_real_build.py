@@ -11,9 +11,9 @@ import pytest
 from inference_pipeline import repository
 from inference_pipeline.gates import GATES, Evaluation, GateSet, apply_gates, evaluate
 from inference_pipeline.model import torch_outputs
-from inference_pipeline.pipeline import variant_runner
+from inference_pipeline.pipeline import default_models, gate_repository
 from inference_pipeline.quantize import primary_recipes, recipe
-from inference_pipeline.runtime import make_session, session_runner
+from inference_pipeline.runtime import backend_runner, make_session, session_runner
 from inference_pipeline.serving.models import load_repository
 from inference_pipeline.tokenization import TextTokenizer
 from inference_pipeline_harness.scenarios import zero_weight
@@ -60,6 +60,27 @@ def test_int8_dynamic_and_static_pass_their_gates(quick_build) -> None:
     manifest = repository.read_manifest(quick_build.repository)
     promoted = {e["name"] for e in manifest["variants"] if e["promoted"]}
     assert {v.name for v in int8} <= promoted
+
+
+def test_gate_rerun_on_the_default_models_reads_them_from_disk(quick_build) -> None:
+    manifest = repository.read_manifest(quick_build.repository)
+    record = manifest["default_variant"]
+    names = default_models(manifest)
+    assert names[0] == record["served"]
+    assert set(names) == {record["served"], *(c["variant"] for c in record["by_batch"].values())}
+    logged: list[str] = []
+    reports = gate_repository(quick_build.repository, threads=2, progress=logged.append, only=names)
+    assert [r.variant for r in reports] == [
+        e["name"] for e in manifest["variants"] if e["name"] in names
+    ]
+    built = {v.name: v.gates for v in quick_build.variants}
+    for report in reports:  # the same gates, the same values as at build time
+        assert report.passed, report.failed
+        again = {r.name: r.value for r in report.results}
+        assert again == pytest.approx(
+            {r.name: r.value for r in built[report.variant].results}, rel=1e-4, abs=1e-5
+        )
+    assert not any("skipped" in line for line in logged)  # only promoted models were named
 
 
 def test_a_broken_int8_graph_is_refused(quick_build, tmp_path) -> None:
@@ -136,13 +157,9 @@ def test_served_minilm_answers_equal_pytorch_over_http(quick_build, quick_traine
                 worst = cosine(embedding, want_embedding).min()
                 assert worst >= GATES.reduced_alone_vs_batch_min_cosine, (model.name, worst)
                 assert worst >= GATES.reduced_min_embedding_cosine, (model.name, worst)
-            # and serving adds nothing: each answer is the graph's own on its runtime, alone
-            graph = variant_runner(
-                variant.recipe.runtime,
-                repo / model.name / "1" / "model.onnx",
-                1,
-                variant.recipe.runtime_parameters,
-            )
+            # and serving adds nothing: each answer is what the loaded graph gives on that
+            # text alone, called directly (no HTTP, JSON, queue or batch padding)
+            graph = backend_runner(model.backends[0])
             alone = [graph(tokenizer.encode([t])) for t in texts]
             np.testing.assert_allclose(
                 logits, np.concatenate([a[0] for a in alone]), atol=1e-4, err_msg=model.name

@@ -19,6 +19,7 @@ import json
 import os
 import platform
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -81,19 +82,42 @@ class BuildWarpSoftmax(cpp_extension.BuildExtension):
     capabilities: list[str] = []
 
     def build_extension(self, ext) -> None:  # type: ignore[override]
-        objects = []
-        for cap in self.capabilities:
-            source = str(CSRC / f"cpu_kernel_{cap}.cpp")
-            objects += self.compiler.compile(
-                [source],
-                output_dir=self.build_temp,
+        # Each capability file is its own compile (its own folder: the ninja compile writes one
+        # build.ninja per output folder). They run on a thread pool beside the generic file's
+        # compile, which takes the longest, and the link waits for them.
+        def compile_one(cap: str) -> list[str]:
+            return self.compiler.compile(
+                [str(CSRC / f"cpu_kernel_{cap}.cpp")],
+                output_dir=os.path.join(self.build_temp, cap),
                 include_dirs=ext.include_dirs,
                 extra_postargs={"cxx": COMMON_CXX_FLAGS + KERNEL_CXX_FLAGS + capability_flags(cap)},
             )
+
+        pool = ThreadPoolExecutor(max_workers=len(self.capabilities))
+        kernels = [pool.submit(compile_one, cap) for cap in self.capabilities]
         # Linked after the generic code: the linker keeps the first copy of each inline
         # function shared by several files, so the copy built without -mavx* flags wins.
-        ext.extra_objects = list(ext.extra_objects or []) + objects
-        super().build_extension(ext)
+        ext.extra_objects = list(ext.extra_objects or []) + [
+            obj
+            for cap in self.capabilities
+            for obj in self.compiler.object_filenames(
+                [str(CSRC / f"cpu_kernel_{cap}.cpp")],
+                output_dir=os.path.join(self.build_temp, cap),
+            )
+        ]
+        link = self.compiler.link_shared_object
+
+        def link_after_kernels(*args, **kwargs):
+            for kernel in kernels:
+                kernel.result()  # a failed kernel compile raises here, before the link
+            return link(*args, **kwargs)
+
+        self.compiler.link_shared_object = link_after_kernels
+        try:
+            super().build_extension(ext)
+        finally:
+            self.compiler.link_shared_object = link
+            pool.shutdown(wait=True)
 
     def get_ext_filename(self, fullname: str) -> str:
         return os.path.join(*fullname.split(".")) + ".so"
