@@ -34,7 +34,7 @@ from inference_pipeline.generation.requests import (
     token_logprob,
 )
 from inference_pipeline.generation.runtime import StepFunction, empty_past
-from inference_pipeline.generation.sampling import sample_next
+from inference_pipeline.generation.sampling import sample_rows
 from inference_pipeline.generation.scheduler import Plan, SequenceState, TokenBudgetScheduler
 
 log = logging.getLogger(__name__)
@@ -117,12 +117,16 @@ class _Engine:
                 taken.append(self._waiting.popleft())
             return taken
 
-    def _emit(self, handle: RequestHandle, logits_row: np.ndarray) -> bool:
-        token = sample_next(logits_row, handle.request.sampling, handle.rng)
-        self.stats.generated_tokens += 1
-        if handle.request.logprobs is not None:
-            handle.logprobs.append(token_logprob(logits_row, token, handle.request.logprobs))
-        return handle.add_token(token)
+    def _emit(self, handles: list[RequestHandle], logits: np.ndarray) -> None:
+        """The next token of each of ``handles`` from its row of ``logits`` [N, V], sampled
+        in one call (the greedy rows in one argmax), then recorded and streamed."""
+        params = [h.request.sampling for h in handles]
+        tokens = sample_rows(logits, params, [h.rng for h in handles])
+        self.stats.generated_tokens += len(handles)
+        for handle, token, row in zip(handles, tokens, logits, strict=True):
+            if handle.request.logprobs is not None:
+                handle.logprobs.append(token_logprob(row, token, handle.request.logprobs))
+            handle.add_token(token)
 
     def run_until_idle(self, max_iterations: int = 1_000_000) -> None:
         for _ in range(max_iterations):
@@ -163,10 +167,9 @@ class ContinuousBatchingEngine(_Engine):
         # by length: rows of up to ``short_width`` slots (most of a long-tailed batch) are
         # not padded to the longest row; a row that outgrows them moves over once.
         short_width = short_width or self.config.max_positions // 2
-        self.dense = [
-            DensePast(self.config, max_num_seqs, max_width=short_width),
-            DensePast(self.config, max_num_seqs),
-        ]
+        self.dense = [DensePast(self.config, max_num_seqs, max_width=short_width)]
+        if short_width < self.config.max_positions:  # else every row fits the one past
+            self.dense.append(DensePast(self.config, max_num_seqs))
         self._row_of: dict[int, tuple[int, int]] = {}  # sequence id -> (dense past, row)
         self._free_rows = [list(range(max_num_seqs)) for _ in self.dense]
         # With ``overlap_prefill`` an iteration's prefill pass runs on this one worker thread
@@ -328,8 +331,7 @@ class ContinuousBatchingEngine(_Engine):
             [s.id for s in seqs], tokens[rows, 0].tolist(), new_kv[0::2], new_kv[1::2]
         )
         self.stats.decode_passes += 1
-        for seq, row in zip(seqs, rows, strict=True):
-            self._emit(seq.handle, logits[row, 0])
+        self._emit([s.handle for s in seqs], logits[rows, 0])
 
     def _prefill_inputs(self, chunks: list[tuple[SequenceState, int]]) -> _PrefillPass:
         """One pass over the chunks, each after its sequence's cached tokens (copied from its
@@ -360,6 +362,7 @@ class ContinuousBatchingEngine(_Engine):
         tokens = prefill.inputs[0]
         keys, values = np.stack(new_kv[0::2]), np.stack(new_kv[1::2])  # [L, B, H, T, D]
         self.stats.prefill_passes += 1
+        ready, last = [], []
         for i, ((seq, n), start, (which, row)) in enumerate(
             zip(prefill.chunks, prefill.starts, prefill.places, strict=True)
         ):
@@ -369,7 +372,10 @@ class ContinuousBatchingEngine(_Engine):
             self.dense[which].write(row, keys[:, i, :, :n], values[:, i, :, :n], start)
             self.stats.prefill_tokens += n
             if self.scheduler.remaining(seq) == 0:  # its last known token predicts the next
-                self._emit(seq.handle, logits[i, n - 1])
+                ready.append(seq.handle)
+                last.append(logits[i, n - 1])
+        if ready:
+            self._emit(ready, np.stack(last))
 
 
 class StaticBatchingEngine(_Engine):
@@ -435,13 +441,14 @@ class StaticBatchingEngine(_Engine):
         keys, values = np.stack(new[0::2]), np.stack(new[1::2])  # [L, B, H, T, D]
         for i, prompt in enumerate(prompts):
             dense.write(i, keys[:, i, :, : len(prompt)], values[:, i, :, : len(prompt)])
-        last = [logits[i, len(p) - 1] for i, p in enumerate(prompts)]
+        last = logits[np.arange(len(prompts)), [len(p) - 1 for p in prompts]]
         while True:
-            for i, handle in enumerate(handles):
+            for handle in handles:
                 if handle.cancel_requested.is_set():
                     handle.finish("cancelled")
-                if not handle.done:
-                    self._emit(handle, last[i])
+            going = [i for i, h in enumerate(handles) if not h.done]
+            if going:
+                self._emit([handles[i] for i in going], last[going])
             live = np.array([i for i, h in enumerate(handles) if not h.done])
             self.peak_width = max(self.peak_width, dense.width)
             if not len(live):
@@ -457,7 +464,7 @@ class StaticBatchingEngine(_Engine):
             )
             dense.append_one_each(live, np.stack([n[live, :, 0] for n in new]))
             self.stats.decode_passes += 1
-            last = [logits[i, 0] for i in range(len(handles))]
+            last = logits[:, 0]
 
 
 class EngineRunner:
