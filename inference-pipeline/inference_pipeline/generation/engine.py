@@ -16,6 +16,7 @@ and decodes every row until the longest one finishes; a finished row's slot idle
 
 from __future__ import annotations
 
+import bisect
 import collections
 import logging
 import threading
@@ -266,15 +267,32 @@ class ContinuousBatchingEngine(_Engine):
         self._forget(gone)
 
     def _forget(self, ids: list[int]) -> None:
-        """Sequences that left the cache give up their dense rows; the width shrinks only when
-        the longest row left needs half of it (a busy batch nearly always holds a long row
-        again soon, and every resize is a copy inside somebody's inter-token gap)."""
+        """Sequences that left the cache give up their dense rows and the rows above the gaps
+        move down into them; the width shrinks only when the longest row left needs half of
+        it (a busy batch nearly always holds a long row again soon, and every resize is a copy
+        inside somebody's inter-token gap)."""
         freed = [self._row_of.pop(i) for i in ids if i in self._row_of]
         for place in freed:
             self._free(*place)
         if freed:
-            for dense in self.dense:
+            for which, dense in enumerate(self.dense):
+                self._compact(which)
                 dense.fit()
+
+    def _compact(self, which: int) -> None:
+        """Move the highest rows of dense past ``which`` into its lowest free rows, so its rows
+        in use are ``0 .. n - 1``: a pass reads rows ``0 .. top`` and costs per row, so an idle
+        row below ``top`` costs as much as a live one, every pass, while one move copies the
+        row's slots once. Called between iterations only (no pass holds a row index)."""
+        free = self._free_rows[which]
+        used = sorted((row, i) for i, (w, row) in self._row_of.items() if w == which)
+        while free and used and free[0] < used[-1][0]:
+            source, seq_id = used.pop()
+            target = free.pop(0)
+            self.dense[which].move(source, target)
+            self._row_of[seq_id] = (which, target)
+            bisect.insort(used, (target, seq_id))
+            bisect.insort(free, source)
 
     def _free(self, which: int, row: int) -> None:
         self.dense[which].clear(row)
