@@ -267,23 +267,22 @@ class ContinuousBatchingEngine(_Engine):
         self._forget(gone)
 
     def _forget(self, ids: list[int]) -> None:
-        """Sequences that left the cache give up their dense rows and the rows above the gaps
-        move down into them; the width shrinks only when the longest row left needs half of
-        it (a busy batch nearly always holds a long row again soon, and every resize is a copy
-        inside somebody's inter-token gap)."""
-        freed = [self._row_of.pop(i) for i in ids if i in self._row_of]
-        for place in freed:
+        """Sequences that left the cache give up their dense rows, and the rows above any free
+        row (left by them or by a row that moved to the long past) move down into it; the
+        width shrinks only when the longest row left needs half of it (a busy batch nearly
+        always holds a long row again soon, and every resize is a copy inside somebody's
+        inter-token gap). Called between iterations only (no pass holds a row index)."""
+        for place in [self._row_of.pop(i) for i in ids if i in self._row_of]:
             self._free(*place)
-        if freed:
-            for which, dense in enumerate(self.dense):
-                self._compact(which)
-                dense.fit()
+        for which, dense in enumerate(self.dense):
+            self._compact(which)
+            dense.fit()
 
     def _compact(self, which: int) -> None:
         """Move the highest rows of dense past ``which`` into its lowest free rows, so its rows
         in use are ``0 .. n - 1``: a pass reads rows ``0 .. top`` and costs per row, so an idle
         row below ``top`` costs as much as a live one, every pass, while one move copies the
-        row's slots once. Called between iterations only (no pass holds a row index)."""
+        row's slots once."""
         free = self._free_rows[which]
         used = sorted((row, i) for i, (w, row) in self._row_of.items() if w == which)
         while free and used and free[0] < used[-1][0]:
