@@ -5,10 +5,10 @@ Every iteration (a token boundary) it drops finished and cancelled requests, ask
 ``TokenBudgetScheduler`` for a plan (every running decode, then prefill chunks up to the
 per-step token budget; blocks on demand, preemption by recompute, prefix-cache hits), runs a
 decode pass over each of its two dense pasts (short rows and long rows, so a short row is not
-padded to the longest) and one prefill pass (by default on a worker thread, at the same time
-as the decode passes), and samples the next token of every sequence whose known tokens are
-all in the cache. The budget is what keeps a long new prompt from
-stalling everyone's next token (inter-token latency).
+padded to the longest) and one prefill pass (with ``overlap_prefill``, on a worker thread at
+the same time as the decode passes), and samples the next token of every sequence whose known
+tokens are all in the cache. The budget is what keeps a long new prompt from stalling
+everyone's next token (inter-token latency).
 
 StaticBatchingEngine: the baseline. It waits for a full batch (or ``max_wait_s``), prefills it,
 and decodes every row until the longest one finishes; a finished row's slot idles until then.
@@ -148,7 +148,7 @@ class ContinuousBatchingEngine(_Engine):
         prefix_caching: bool = True,
         reserve_up_front: bool = False,
         short_width: int | None = None,
-        overlap_prefill: bool = True,
+        overlap_prefill: bool = False,
     ) -> None:
         super().__init__(step, max_queue)
         per_sequence = -(-self.config.max_positions // block_size)
@@ -177,6 +177,8 @@ class ContinuousBatchingEngine(_Engine):
         # while this thread runs the decode passes: the step function releases the GIL (ONNX
         # Runtime's run, PyTorch's ops), so on two cores an iteration costs about the longer
         # of the two, not their sum. Only the step calls overlap; every write is on this thread.
+        # Off by default: on a machine whose second core is busy the two calls share one core
+        # and the hand-off adds to the iteration (measured in GENERATION.md).
         self._worker = None
         if overlap_prefill:
             self._worker = futures.ThreadPoolExecutor(1, thread_name_prefix="generation-prefill")
