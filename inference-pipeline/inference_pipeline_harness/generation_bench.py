@@ -10,8 +10,9 @@ latency (mean, median, p99).
 
 - ``batching``: continuous vs static batching per concurrency (in process, or ``--http``
   through ``/v1/completions``): static with ``--threads`` and with 2 ONNX Runtime intra-op
-  threads, continuous with its prefill pass overlapped (the default), serial, and with one
-  dense past; the target is checked against every static.
+  threads, continuous (every pass serial, the default), with its prefill pass overlapped
+  with the decode passes, and with one dense past; the target is checked against every
+  static.
 - ``prefix``: every prompt shares a 128-byte prefix; prefix caching off vs on (HTTP), TTFT and
   the hit rate from ``/metrics`` against the workload's.
 - ``memory``: the same KV pool, blocks on demand (with preemption) vs reserve-up-front:
@@ -252,13 +253,13 @@ def make_engine(
     num_blocks: int | None = None,
     prefix_caching: bool = True,
 ):
-    """ "static", "continuous" (blocks on demand, the prefill pass overlapped with the decode
-    passes), "continuous-serial" (the same, every pass run one after another on the engine's
-    thread), "reserve-up-front" (continuous, blocks for prompt + max_tokens taken at
-    admission), "continuous-one-past" (continuous with every row in one dense past, padded to
-    the longest: what the short/long split saves) or "static-full-width" (static whose past is
-    the whole context from the first pass: no resize inside a batch, every pass at full
-    width)."""
+    """ "static", "continuous" (the engine's defaults: blocks on demand, every pass run one
+    after another on the engine's thread), "continuous-overlapped" (the same, the prefill
+    pass on a worker thread at the same time as the decode passes), "reserve-up-front"
+    (continuous, blocks for prompt + max_tokens taken at admission), "continuous-one-past"
+    (continuous with every row in one dense past, padded to the longest: what the short/long
+    split saves) or "static-full-width" (static whose past is the whole context from the
+    first pass: no resize inside a batch, every pass at full width)."""
     if kind in ("static", "static-full-width"):
         grow = step.config.max_positions if kind == "static-full-width" else 32
         return StaticBatchingEngine(step, batch_size=concurrency, max_wait_s=0.05, grow=grow)
@@ -267,7 +268,7 @@ def make_engine(
         num_blocks=num_blocks, prefix_caching=prefix_caching,
         reserve_up_front=kind == "reserve-up-front",
         short_width=step.config.max_positions if kind == "continuous-one-past" else None,
-        overlap_prefill=kind != "continuous-serial",
+        overlap_prefill=kind == "continuous-overlapped",
     )  # fmt: skip
 
 
@@ -566,11 +567,11 @@ def step_breakdown(
 ) -> dict:
     """The batching workload at ``concurrency``, the variants (name -> (``make_engine``
     kind, step function); default static, static at full width, continuous, continuous with
-    its passes serial and with one dense past, all on ``step``) alternating, every
+    its prefill pass overlapped and with one dense past, all on ``step``) alternating, every
     step-function call timed (``iteration_split``); medians over rounds."""
     requests = workload(text, concurrency * requests_per_client, step.config.max_positions,
                         seed=concurrency)  # fmt: skip
-    kinds = ("static", "static-full-width", "continuous", "continuous-serial",
+    kinds = ("static", "static-full-width", "continuous", "continuous-overlapped",
              "continuous-one-past")  # fmt: skip
     variants = variants or {kind: (kind, step) for kind in kinds}
     runs: dict[str, list[dict]] = {name: [] for name in variants}
@@ -739,7 +740,7 @@ def main(argv: list[str] | None = None) -> int:
         batching["static-2-threads"] = ("static", two)
     batching |= {
         "continuous": ("continuous", step),
-        "continuous-serial": ("continuous-serial", step),
+        "continuous-overlapped": ("continuous-overlapped", step),
         "continuous-one-past": ("continuous-one-past", step),
     }
     steps = {**batching, "static-full-width": ("static-full-width", step)}

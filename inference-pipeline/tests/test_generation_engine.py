@@ -90,6 +90,9 @@ def test_rows_moving_from_the_short_to_the_long_past_keep_their_tokens(model: GP
     longest = [0, 0]  # the longest row seen in the short and in the long past
     while engine.step():
         longest = [max(m, int(d.lengths.max())) for m, d in zip(longest, engine.dense, strict=True)]
+        for dense in engine.dense:  # rows in use are the lowest: a pass reads no idle row
+            used = np.flatnonzero(dense.lengths)
+            assert used.tolist() == list(range(len(used)))
     assert [h.tokens for h in handles] == alone
     # short rows filled up to their 16 slots, longer ones lived in the long past
     assert longest[0] == 16 and longest[1] > 16

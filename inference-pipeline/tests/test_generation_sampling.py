@@ -7,7 +7,7 @@ import pytest
 from inference_pipeline.generation.engine import ContinuousBatchingEngine
 from inference_pipeline.generation.model import GPTConfig
 from inference_pipeline.generation.requests import GenerationRequest
-from inference_pipeline.generation.sampling import SamplingParams, sample_next
+from inference_pipeline.generation.sampling import SamplingParams, sample_next, sample_rows
 
 
 class FixedDistributionStep:
@@ -69,3 +69,21 @@ def test_top_k_and_top_p_cut_the_support() -> None:
 def test_bad_sampling_parameters_are_refused(kwargs) -> None:
     with pytest.raises(ValueError):
         SamplingParams(**kwargs)
+
+
+def test_sampling_a_block_of_rows_equals_sampling_each_row() -> None:
+    """Greedy rows (ties included: the first maximum wins) and seeded sampled rows mixed in one
+    call give what ``sample_next`` gives row by row, and draw the same numbers from each
+    row's generator."""
+    rng = np.random.default_rng(5)
+    logits = rng.normal(0.0, 3.0, (12, 256)).astype(np.float32)
+    logits[3, [10, 200]] = logits[3].max() + 1.0  # a tie
+    params = [SamplingParams(temperature=0.0 if i % 3 else 0.8, top_k=i % 4 * 10, seed=i)
+              for i in range(12)]  # fmt: skip
+    block_rngs = [np.random.default_rng(i) for i in range(12)]
+    alone_rngs = [np.random.default_rng(i) for i in range(12)]
+    block = sample_rows(logits, params, block_rngs)
+    alone = [sample_next(row, p, g) for row, p, g in zip(logits, params, alone_rngs, strict=True)]
+    assert block == alone and block[3] == 10
+    assert block[1] == int(np.argmax(logits[1]))
+    assert [g.random() for g in block_rngs] == [g.random() for g in alone_rngs]

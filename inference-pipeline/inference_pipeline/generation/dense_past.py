@@ -99,6 +99,14 @@ class DensePast:
         self.lengths[row] = 0
         self.mask[row, : self.width] = 0
 
+    def move(self, source: int, target: int) -> None:
+        """Row ``source``'s slots become row ``target``'s (an empty row); ``source`` empties."""
+        n = int(self.lengths[source])
+        self.kv[:, target, :, :n] = self.kv[:, source, :, :n]
+        self.lengths[target] = n
+        self.mask[target] = self.mask[source]
+        self.clear(source)
+
     def write(self, row: int, keys: np.ndarray, values: np.ndarray, start: int = 0) -> None:
         """Write one row's keys/values ``[L, H, T, D]`` at slots ``start .. start + T``
         (``reserve`` first); the row's length becomes ``start + T``."""

@@ -5,10 +5,10 @@ Every iteration (a token boundary) it drops finished and cancelled requests, ask
 ``TokenBudgetScheduler`` for a plan (every running decode, then prefill chunks up to the
 per-step token budget; blocks on demand, preemption by recompute, prefix-cache hits), runs a
 decode pass over each of its two dense pasts (short rows and long rows, so a short row is not
-padded to the longest) and one prefill pass (by default on a worker thread, at the same time
-as the decode passes), and samples the next token of every sequence whose known tokens are
-all in the cache. The budget is what keeps a long new prompt from
-stalling everyone's next token (inter-token latency).
+padded to the longest) and one prefill pass (with ``overlap_prefill``, on a worker thread at
+the same time as the decode passes), and samples the next token of every sequence whose known
+tokens are all in the cache. The budget is what keeps a long new prompt from stalling
+everyone's next token (inter-token latency).
 
 StaticBatchingEngine: the baseline. It waits for a full batch (or ``max_wait_s``), prefills it,
 and decodes every row until the longest one finishes; a finished row's slot idles until then.
@@ -16,6 +16,7 @@ and decodes every row until the longest one finishes; a finished row's slot idle
 
 from __future__ import annotations
 
+import bisect
 import collections
 import logging
 import threading
@@ -34,7 +35,7 @@ from inference_pipeline.generation.requests import (
     token_logprob,
 )
 from inference_pipeline.generation.runtime import StepFunction, empty_past
-from inference_pipeline.generation.sampling import sample_next
+from inference_pipeline.generation.sampling import sample_rows
 from inference_pipeline.generation.scheduler import Plan, SequenceState, TokenBudgetScheduler
 
 log = logging.getLogger(__name__)
@@ -117,12 +118,16 @@ class _Engine:
                 taken.append(self._waiting.popleft())
             return taken
 
-    def _emit(self, handle: RequestHandle, logits_row: np.ndarray) -> bool:
-        token = sample_next(logits_row, handle.request.sampling, handle.rng)
-        self.stats.generated_tokens += 1
-        if handle.request.logprobs is not None:
-            handle.logprobs.append(token_logprob(logits_row, token, handle.request.logprobs))
-        return handle.add_token(token)
+    def _emit(self, handles: list[RequestHandle], logits: np.ndarray) -> None:
+        """The next token of each of ``handles`` from its row of ``logits`` [N, V], sampled
+        in one call (the greedy rows in one argmax), then recorded and streamed."""
+        params = [h.request.sampling for h in handles]
+        tokens = sample_rows(logits, params, [h.rng for h in handles])
+        self.stats.generated_tokens += len(handles)
+        for handle, token, row in zip(handles, tokens, logits, strict=True):
+            if handle.request.logprobs is not None:
+                handle.logprobs.append(token_logprob(row, token, handle.request.logprobs))
+            handle.add_token(token)
 
     def run_until_idle(self, max_iterations: int = 1_000_000) -> None:
         for _ in range(max_iterations):
@@ -143,7 +148,7 @@ class ContinuousBatchingEngine(_Engine):
         prefix_caching: bool = True,
         reserve_up_front: bool = False,
         short_width: int | None = None,
-        overlap_prefill: bool = True,
+        overlap_prefill: bool = False,
     ) -> None:
         super().__init__(step, max_queue)
         per_sequence = -(-self.config.max_positions // block_size)
@@ -163,16 +168,17 @@ class ContinuousBatchingEngine(_Engine):
         # by length: rows of up to ``short_width`` slots (most of a long-tailed batch) are
         # not padded to the longest row; a row that outgrows them moves over once.
         short_width = short_width or self.config.max_positions // 2
-        self.dense = [
-            DensePast(self.config, max_num_seqs, max_width=short_width),
-            DensePast(self.config, max_num_seqs),
-        ]
+        self.dense = [DensePast(self.config, max_num_seqs, max_width=short_width)]
+        if short_width < self.config.max_positions:  # else every row fits the one past
+            self.dense.append(DensePast(self.config, max_num_seqs))
         self._row_of: dict[int, tuple[int, int]] = {}  # sequence id -> (dense past, row)
         self._free_rows = [list(range(max_num_seqs)) for _ in self.dense]
         # With ``overlap_prefill`` an iteration's prefill pass runs on this one worker thread
         # while this thread runs the decode passes: the step function releases the GIL (ONNX
         # Runtime's run, PyTorch's ops), so on two cores an iteration costs about the longer
         # of the two, not their sum. Only the step calls overlap; every write is on this thread.
+        # Off by default: on a machine whose second core is busy the two calls share one core
+        # and the hand-off adds to the iteration (measured in GENERATION.md).
         self._worker = None
         if overlap_prefill:
             self._worker = futures.ThreadPoolExecutor(1, thread_name_prefix="generation-prefill")
@@ -263,15 +269,31 @@ class ContinuousBatchingEngine(_Engine):
         self._forget(gone)
 
     def _forget(self, ids: list[int]) -> None:
-        """Sequences that left the cache give up their dense rows; the width shrinks only when
-        the longest row left needs half of it (a busy batch nearly always holds a long row
-        again soon, and every resize is a copy inside somebody's inter-token gap)."""
-        freed = [self._row_of.pop(i) for i in ids if i in self._row_of]
-        for place in freed:
+        """Sequences that left the cache give up their dense rows, and the rows above any free
+        row (left by them or by a row that moved to the long past) move down into it; the
+        width shrinks only when the longest row left needs half of it (a busy batch nearly
+        always holds a long row again soon, and every resize is a copy inside somebody's
+        inter-token gap). Called between iterations only (no pass holds a row index)."""
+        for place in [self._row_of.pop(i) for i in ids if i in self._row_of]:
             self._free(*place)
-        if freed:
-            for dense in self.dense:
-                dense.fit()
+        for which, dense in enumerate(self.dense):
+            self._compact(which)
+            dense.fit()
+
+    def _compact(self, which: int) -> None:
+        """Move the highest rows of dense past ``which`` into its lowest free rows, so its rows
+        in use are ``0 .. n - 1``: a pass reads rows ``0 .. top`` and costs per row, so an idle
+        row below ``top`` costs as much as a live one, every pass, while one move copies the
+        row's slots once."""
+        free = self._free_rows[which]
+        used = sorted((row, i) for i, (w, row) in self._row_of.items() if w == which)
+        while free and used and free[0] < used[-1][0]:
+            source, seq_id = used.pop()
+            target = free.pop(0)
+            self.dense[which].move(source, target)
+            self._row_of[seq_id] = (which, target)
+            bisect.insort(used, (target, seq_id))
+            bisect.insort(free, source)
 
     def _free(self, which: int, row: int) -> None:
         self.dense[which].clear(row)
@@ -328,8 +350,7 @@ class ContinuousBatchingEngine(_Engine):
             [s.id for s in seqs], tokens[rows, 0].tolist(), new_kv[0::2], new_kv[1::2]
         )
         self.stats.decode_passes += 1
-        for seq, row in zip(seqs, rows, strict=True):
-            self._emit(seq.handle, logits[row, 0])
+        self._emit([s.handle for s in seqs], logits[rows, 0])
 
     def _prefill_inputs(self, chunks: list[tuple[SequenceState, int]]) -> _PrefillPass:
         """One pass over the chunks, each after its sequence's cached tokens (copied from its
@@ -360,6 +381,7 @@ class ContinuousBatchingEngine(_Engine):
         tokens = prefill.inputs[0]
         keys, values = np.stack(new_kv[0::2]), np.stack(new_kv[1::2])  # [L, B, H, T, D]
         self.stats.prefill_passes += 1
+        ready, last = [], []
         for i, ((seq, n), start, (which, row)) in enumerate(
             zip(prefill.chunks, prefill.starts, prefill.places, strict=True)
         ):
@@ -369,7 +391,10 @@ class ContinuousBatchingEngine(_Engine):
             self.dense[which].write(row, keys[:, i, :, :n], values[:, i, :, :n], start)
             self.stats.prefill_tokens += n
             if self.scheduler.remaining(seq) == 0:  # its last known token predicts the next
-                self._emit(seq.handle, logits[i, n - 1])
+                ready.append(seq.handle)
+                last.append(logits[i, n - 1])
+        if ready:
+            self._emit(ready, np.stack(last))
 
 
 class StaticBatchingEngine(_Engine):
@@ -435,13 +460,14 @@ class StaticBatchingEngine(_Engine):
         keys, values = np.stack(new[0::2]), np.stack(new[1::2])  # [L, B, H, T, D]
         for i, prompt in enumerate(prompts):
             dense.write(i, keys[:, i, :, : len(prompt)], values[:, i, :, : len(prompt)])
-        last = [logits[i, len(p) - 1] for i, p in enumerate(prompts)]
+        last = logits[np.arange(len(prompts)), [len(p) - 1 for p in prompts]]
         while True:
-            for i, handle in enumerate(handles):
+            for handle in handles:
                 if handle.cancel_requested.is_set():
                     handle.finish("cancelled")
-                if not handle.done:
-                    self._emit(handle, last[i])
+            going = [i for i, h in enumerate(handles) if not h.done]
+            if going:
+                self._emit([handles[i] for i in going], last[going])
             live = np.array([i for i, h in enumerate(handles) if not h.done])
             self.peak_width = max(self.peak_width, dense.width)
             if not len(live):
@@ -457,7 +483,7 @@ class StaticBatchingEngine(_Engine):
             )
             dense.append_one_each(live, np.stack([n[live, :, 0] for n in new]))
             self.stats.decode_passes += 1
-            last = [logits[i, 0] for i in range(len(handles))]
+            last = logits[:, 0]
 
 
 class EngineRunner:

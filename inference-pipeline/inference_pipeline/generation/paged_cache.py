@@ -135,13 +135,15 @@ class PagedKVCache:
         empty table); raises OutOfBlocks, taking nothing, when the pool is short."""
         table = self._open(seq_id)
         missing = self.blocks_for(tokens) - len(table)
+        if missing <= 0:
+            return
         if missing > self.free_blocks:
             if not table and not self.lengths[seq_id]:
                 self._close(seq_id)
             raise OutOfBlocks(
                 f"sequence {seq_id} needs {missing} more blocks, {self.free_blocks} free"
             )
-        table.extend(self._take() for _ in range(max(0, missing)))
+        table.extend(self._take() for _ in range(missing))
         self.peak_used_blocks = max(self.peak_used_blocks, self.used_blocks)
 
     def match_prefix(self, tokens: bytes | list[int]) -> list[int]:

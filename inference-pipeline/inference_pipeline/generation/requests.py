@@ -70,7 +70,7 @@ class RequestHandle:
     def __init__(self, request: GenerationRequest) -> None:
         self.id = next(_ids)
         self.request = request
-        self.chunks: queue.Queue[Chunk] = queue.Queue()
+        self.chunks: queue.SimpleQueue[Chunk] = queue.SimpleQueue()
         self.tokens: list[int] = []  # every generated token id, stop sequence included
         self.output = bytearray()  # what was streamed (stop sequence excluded)
         self.finish_reason: str | None = None

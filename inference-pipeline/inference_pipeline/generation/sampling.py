@@ -40,3 +40,16 @@ def sample_next(logits: np.ndarray, params: SamplingParams, rng: np.random.Gener
         order, probs = order[:keep], probs[:keep] / probs[:keep].sum()
     pick = int(np.searchsorted(np.cumsum(probs), rng.random(), side="right"))
     return int(order[min(pick, len(order) - 1)])
+
+
+def sample_rows(
+    logits: np.ndarray, params: list[SamplingParams], rngs: list[np.random.Generator]
+) -> list[int]:
+    """One token id per row of [N, V] logits (row i with ``params[i]``, ``rngs[i]``): the
+    greedy rows' tokens come from one argmax over the block, equal to ``sample_next`` row by
+    row (both take the first maximum)."""
+    greedy = logits.argmax(axis=-1).tolist()
+    return [
+        best if p.temperature == 0.0 else sample_next(row, p, rng)
+        for best, row, p, rng in zip(greedy, logits, params, rngs, strict=True)
+    ]

@@ -125,20 +125,29 @@ class TokenBudgetScheduler:
                 plan.decode.append(seq)
         budget = self.max_num_batched_tokens - len(plan.decode)
         for seq in self.running:
-            if budget == 0:
+            room = self.room(plan, budget)
+            if room == 0:
                 break
             if seq in plan.decode or self.decoding(seq):
                 continue
-            count = self._chunk(seq, budget)
+            count = self._chunk(seq, room)
             if count:
                 plan.prefill.append((seq, count))
-                budget -= count
         if not plan.preempted:
             self._admit(plan, budget)
         if not plan and self.running:  # every running prefill is out of blocks: free some
             self._preempt(self.running[-1], plan)
         self.stats.peak_running = max(self.stats.peak_running, len(self.running))
         return plan
+
+    @staticmethod
+    def room(plan: Plan, budget: int) -> int:
+        """The most tokens one more prefill chunk may take. The prefill pass is one padded
+        batch, ``chunks x longest chunk`` token slots, and costs per slot, so the budget
+        bounds the padded size: 0 when one more row would pad the pass past ``budget``."""
+        longest = max((n for _, n in plan.prefill), default=0)
+        share = budget // (len(plan.prefill) + 1)
+        return share if share >= longest else 0
 
     def _make_room(self, seq: SequenceState, tokens: int, plan: Plan) -> bool:
         """Preempt the most recent sequences until ``seq`` can hold ``tokens``; False when
@@ -174,7 +183,7 @@ class TokenBudgetScheduler:
         return count
 
     def _admit(self, plan: Plan, budget: int) -> None:
-        while budget > 0 and len(self.running) < self.max_num_seqs:
+        while (room := self.room(plan, budget)) > 0 and len(self.running) < self.max_num_seqs:
             with self.lock:
                 seq = self.waiting[0] if self.waiting else None
             if seq is None:
@@ -194,14 +203,14 @@ class TokenBudgetScheduler:
             else:
                 blocks = self.cache.match_prefix(known)
                 hit = self.cache.share_prefix(seq.id, known, blocks)
-                need = self.cache.missing_blocks(seq.id, hit + min(budget, len(known) - hit))
+                need = self.cache.missing_blocks(seq.id, hit + min(room, len(known) - hit))
                 reserve = self._watermark if self.running else 0
                 if need and need + reserve > self.cache.free_blocks:
                     self.cache.release(seq.id)  # its shared blocks stay cached
                     return
                 self.stats.prefix_queried_tokens += len(known)
                 self.stats.prefix_hit_tokens += hit
-            count = self._chunk(seq, budget)
+            count = self._chunk(seq, room)
             with self.lock:
                 self.waiting.popleft()
             self._admissions += 1
@@ -210,4 +219,3 @@ class TokenBudgetScheduler:
                 handle.admitted_at = time.perf_counter()
             self.running.append(seq)
             plan.prefill.append((seq, count))
-            budget -= count
