@@ -10,8 +10,8 @@ latency (mean, median, p99).
 
 - ``batching``: continuous vs static batching per concurrency (in process, or ``--http``
   through ``/v1/completions``): static with ``--threads`` and with 2 ONNX Runtime intra-op
-  threads, continuous (every pass serial, the default), with its prefill pass overlapped
-  with the decode passes, and with one dense past; the target is checked against every
+  threads, continuous (the default: its prefill pass overlapped with the decode passes),
+  with every pass serial, and with one dense past; the target is checked against every
   static.
 - ``prefix``: every prompt shares a 128-byte prefix; prefix caching off vs on (HTTP), TTFT and
   the hit rate from ``/metrics`` against the workload's.
@@ -253,9 +253,9 @@ def make_engine(
     num_blocks: int | None = None,
     prefix_caching: bool = True,
 ):
-    """ "static", "continuous" (the engine's defaults: blocks on demand, every pass run one
-    after another on the engine's thread), "continuous-overlapped" (the same, the prefill
-    pass on a worker thread at the same time as the decode passes), "reserve-up-front"
+    """ "static", "continuous" (the engine's defaults: blocks on demand, the prefill pass on a
+    worker thread at the same time as the decode passes), "continuous-serial" (the same, every
+    pass one after another on the engine's thread), "reserve-up-front"
     (continuous, blocks for prompt + max_tokens taken at admission), "continuous-one-past"
     (continuous with every row in one dense past, padded to the longest: what the short/long
     split saves) or "static-full-width" (static whose past is the whole context from the
@@ -268,7 +268,7 @@ def make_engine(
         num_blocks=num_blocks, prefix_caching=prefix_caching,
         reserve_up_front=kind == "reserve-up-front",
         short_width=step.config.max_positions if kind == "continuous-one-past" else None,
-        overlap_prefill=kind == "continuous-overlapped",
+        overlap_prefill=kind != "continuous-serial",
     )  # fmt: skip
 
 
@@ -567,11 +567,11 @@ def step_breakdown(
 ) -> dict:
     """The batching workload at ``concurrency``, the variants (name -> (``make_engine``
     kind, step function); default static, static at full width, continuous, continuous with
-    its prefill pass overlapped and with one dense past, all on ``step``) alternating, every
+    every pass serial and with one dense past, all on ``step``) alternating, every
     step-function call timed (``iteration_split``); medians over rounds."""
     requests = workload(text, concurrency * requests_per_client, step.config.max_positions,
                         seed=concurrency)  # fmt: skip
-    kinds = ("static", "static-full-width", "continuous", "continuous-overlapped",
+    kinds = ("static", "static-full-width", "continuous", "continuous-serial",
              "continuous-one-past")  # fmt: skip
     variants = variants or {kind: (kind, step) for kind in kinds}
     runs: dict[str, list[dict]] = {name: [] for name in variants}
@@ -740,7 +740,7 @@ def main(argv: list[str] | None = None) -> int:
         batching["static-2-threads"] = ("static", two)
     batching |= {
         "continuous": ("continuous", step),
-        "continuous-overlapped": ("continuous-overlapped", step),
+        "continuous-serial": ("continuous-serial", step),
         "continuous-one-past": ("continuous-one-past", step),
     }
     steps = {**batching, "static-full-width": ("static-full-width", step)}

@@ -148,7 +148,7 @@ class ContinuousBatchingEngine(_Engine):
         prefix_caching: bool = True,
         reserve_up_front: bool = False,
         short_width: int | None = None,
-        overlap_prefill: bool = False,
+        overlap_prefill: bool = True,
     ) -> None:
         super().__init__(step, max_queue)
         per_sequence = -(-self.config.max_positions // block_size)
@@ -177,8 +177,9 @@ class ContinuousBatchingEngine(_Engine):
         # while this thread runs the decode passes: the step function releases the GIL (ONNX
         # Runtime's run, PyTorch's ops), so on two cores an iteration costs about the longer
         # of the two, not their sum. Only the step calls overlap; every write is on this thread.
-        # Off by default: on a machine whose second core is busy the two calls share one core
-        # and the hand-off adds to the iteration (measured in GENERATION.md).
+        # On by default, for a server with its cores to itself (on the quiet machine it gave
+        # the lower tail and the higher throughput); on a machine whose second core is busy
+        # the two calls share one core and serial passes do better (GENERATION.md).
         self._worker = None
         if overlap_prefill:
             self._worker = futures.ThreadPoolExecutor(1, thread_name_prefix="generation-prefill")
