@@ -68,8 +68,10 @@ def fill_once(folder: Path, marker: str, fill: Callable[[Path], None]) -> bool:
     with exclusive(folder):
         if (folder / marker).is_file():
             return True
+        # Under the lock, any partial sibling is a killed filler's leftovers.
+        for stale in folder.parent.glob(f"{folder.name}.partial-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         partial = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
-        shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
         try:
             fill(partial)

@@ -60,6 +60,7 @@ def test_a_failed_fill_leaves_nothing_and_the_next_call_fills(tmp_path):
         (partial / "half").write_text("x")
         raise RuntimeError("killed mid-way")
 
+    (tmp_path / "a.partial-999999").mkdir()  # what a killed process would leave
     with pytest.raises(RuntimeError, match="killed"):
         fill_once(tmp_path / "a", "done", broken)
     with pytest.raises(RuntimeError, match="did not write done"):
