@@ -19,7 +19,7 @@ from pathlib import Path
 
 from fundamentals import finetune
 from fundamentals.finetune import FineTuneConfig, FineTuneResult
-from phase01_common.cache import artifact_key, cache_root, fill_once
+from phase01_common.cache import artifact_key, cache_root, fill_once, provenance
 
 RESULT = "result.json"
 
@@ -32,9 +32,7 @@ class CachedFineTune:
 
     def provenance(self) -> str:
         """One line for the report: where the figures came from."""
-        if self.from_cache:
-            return f"loaded from cache {self.folder}, trained by this commit's code"
-        return f"trained in this run, cached in {self.folder}"
+        return provenance(self.from_cache, self.folder)
 
 
 def finetune_key(config: FineTuneConfig) -> str:

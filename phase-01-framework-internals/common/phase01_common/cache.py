@@ -82,3 +82,10 @@ def fill_once(folder: Path, marker: str, fill: Callable[[Path], None]) -> bool:
         finally:
             shutil.rmtree(partial, ignore_errors=True)
     return False
+
+
+def provenance(from_cache: bool, folder: Path) -> str:
+    """One line for a report: where a cached artifact came from in this run."""
+    if from_cache:
+        return f"loaded from cache {folder}, trained by this commit's code"
+    return f"trained in this run, cached in {folder}"

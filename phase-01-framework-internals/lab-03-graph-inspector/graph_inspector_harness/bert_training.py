@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 from graph_inspector.pipeline import INPUT_NAMES, TrainConfig, fine_tune
-from phase01_common.cache import artifact_key, cache_root, fill_once
+from phase01_common.cache import artifact_key, cache_root, fill_once, provenance
 
 WEIGHTS = "model.weights.h5"
 LOSSES = "losses.json"  # written last: the folder's "complete" marker
@@ -64,9 +64,7 @@ class TrainedBert:
 
     def provenance(self) -> str:
         """One line for the report: where the weights came from."""
-        if self.from_cache:
-            return f"loaded from cache {self.folder}, trained by this commit's code"
-        return f"trained in this run, cached in {self.folder}"
+        return provenance(self.from_cache, self.folder)
 
 
 def new_model(data: Data, cfg: TrainConfig):
