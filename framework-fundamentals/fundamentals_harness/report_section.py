@@ -16,6 +16,8 @@ import torch
 from fundamentals import autograd_basics, finetune, swish
 from phase01_common.report import Check, Image, Section, Table, step
 
+from fundamentals_harness.finetune_cache import cached_finetune
+
 QUICK_FINETUNE = finetune.FineTuneConfig(
     train_per_label=10, dev_per_label=10, max_length=32, phase_one_epochs=2, phase_two_epochs=1
 )
@@ -244,7 +246,9 @@ def _finetune_checks(
     out_dir: Path, quick: bool
 ) -> tuple[list[Check], list[Table], list[Image], finetune.FineTuneResult]:
     config = QUICK_FINETUNE if quick else FULL_FINETUNE
-    result = finetune.run_finetune(config)
+    run = cached_finetune(config)
+    result = run.result
+    print(f"    fine-tune {run.provenance()}")
     layers = result.num_layers
     expected = {
         f"layer.{i}": config.base_lr * config.decay ** (layers - 1 - i) for i in range(layers)
@@ -290,7 +294,8 @@ def _finetune_checks(
             f"{acc['before']:.3f} (fresh head) → {acc['after_phase_one']:.3f} (head only) → "
             f"{acc['after_phase_two']:.3f} (fine-tuned) on {result.dev_size} dev articles",
             detail=f"trained on {result.train_size} articles, {config.max_length} tokens; "
-            + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items()),
+            + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items())
+            + f"; {run.provenance()}",
         ),
     ]
     table = Table(
@@ -319,7 +324,7 @@ def build_section(out_dir: Path, quick: bool) -> Section:
         section.texts += texts
     with step("Q3 TensorFlow constants, Variables, GradientTape"):
         section.checks += _tensorflow_checks()
-    with step("Q4 fine-tune MiniLM on BBC News (head, then layer-wise LR decay)"):
+    with step("Q4 fine-tune MiniLM on BBC News (head, then layer-wise LR decay), or load it"):
         checks, tables, images, result = _finetune_checks(out_dir, quick)
         section.checks += checks
         section.tables += tables

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from fundamentals import finetune
 from fundamentals.finetune import FineTuneConfig
+from phase01_common.cache import cache_root
 from phase01_common.locks import exclusive
 from torch import nn
 
@@ -35,7 +36,6 @@ from inference_pipeline.tokenization import TextTokenizer
 NUM_LABELS = 5
 EMBEDDING_SIZE = 384
 NUM_HEADS = 12
-CACHE_ENV = "INFERENCE_PIPELINE_CACHE"
 Progress = Callable[[str], None]
 
 
@@ -89,7 +89,8 @@ class TrainedModel:
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "inference_pipeline"))
+    """The project's cache root (``phase01_common.cache``; ``INFERENCE_PIPELINE_CACHE``)."""
+    return cache_root()
 
 
 def _encode_torch(tokenizer: TextTokenizer, texts: list[str]) -> dict[str, torch.Tensor]:

@@ -1,5 +1,11 @@
 """Fixtures shared by test_lab.py and tests/: the pipeline run once per session, a small
-SavedModel."""
+SavedModel.
+
+The pipeline's quick BERT-tiny comes from the project's cache (``phase01_common.cache``,
+``graph_inspector_harness.bert_training``): the report test's quick ``make demo`` asks for the
+same model, so whichever runs first trains it (the other waits on the cache's lock) and every
+later session loads it; the export, conversion and every check run in each session.
+"""
 
 from __future__ import annotations
 

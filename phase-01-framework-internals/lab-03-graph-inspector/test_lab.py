@@ -4,7 +4,8 @@ matches a hand count, SavedModel round trip, TFLite float32 within 1e-4 of TF on
 and dynamic-range accuracy within 0.5 pp of float32.
 
 Run: ``pytest test_lab.py`` in this folder (the BERT-tiny pipeline runs once per session, in
-``conftest.py``'s ``demo`` fixture; the other tests live in ``tests/``).
+``conftest.py``'s ``demo`` fixture, on the quick model from the cache when this code already
+trained it; the other tests live in ``tests/``).
 """
 
 from __future__ import annotations
@@ -136,6 +137,24 @@ def test_demo_reports_measured_table_and_passing_checks(demo):
     assert len(table.rows) == 3 and not table.has_nan()
     assert all(image.path.is_file() for image in demo.images)
     assert all(ms > 0 for ms in demo.latency_ms.values())
+
+
+def test_demo_model_is_the_cached_one_and_says_so(demo):
+    """Trained in this session or loaded, the run's model is the cached weights, and the
+    report says which; the retrace check covers the stages this run actually traced."""
+    from graph_inspector.bert import BertForSequenceClassification
+    from graph_inspector_harness.bert_training import WEIGHTS
+
+    trained = demo.trained
+    fresh = BertForSequenceClassification(demo.model.config, num_labels=len(demo.label_names))
+    fresh.load_weights(trained.folder / WEIGHTS)
+    np.testing.assert_array_equal(keras_predict(fresh, demo.dev_inputs), demo.dev_logits["tf"])
+    (learned,) = [c for c in demo.checks if "learned the task" in c.name]
+    assert trained.provenance() in learned.detail
+    (retrace,) = [c for c in demo.checks if c.name.startswith("retrace monitor")]
+    stages = "loading (training came from the cache)" if trained.from_cache else "training"
+    assert retrace.measured.endswith(f"in {stages}, export and reload")
+    assert int(retrace.measured.split()[0]) > 0  # it watched real traces
 
 
 if __name__ == "__main__":
