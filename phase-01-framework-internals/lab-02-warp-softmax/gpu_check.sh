@@ -87,8 +87,14 @@ skip() {
   record "$1" "skipped: $2" 0
 }
 
+TORCH_LINE="import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
+
+# The dispatch table of the built library; in the dry run it is the first Python process, and
+# prints the torch line too (one torch start-up fewer).
 show_dispatch() {
-  "$PY" -c "import torch; torch.ops.load_library('warp_softmax/warp_softmax.so'); print(torch._C._dispatch_dump('warp_softmax::softmax'))"
+  local line=""
+  (( DRY_RUN )) && line="$TORCH_LINE; "
+  "$PY" -c "${line}import torch; torch.ops.load_library('warp_softmax/warp_softmax.so'); print(torch._C._dispatch_dump('warp_softmax::softmax'))"
 }
 
 build() {
@@ -150,12 +156,12 @@ sanitize_dry() {
   "$PY" -c "$(kernel_paths_code cpu '(torch.float32,)' 5)"
 }
 
-export PY OUT
+export PY OUT DRY_RUN TORCH_LINE
 export -f build show_dispatch run_tests kernel_paths_code sanitize sanitize_dry
 
 {
   echo "== lab 02 gpu_check $(date -u +%FT%TZ), budget ${BUDGET_S} s$( ((DRY_RUN)) && echo ', dry run')"
-  "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
+  (( DRY_RUN )) || "$PY" -c "$TORCH_LINE"
   status=0
   if (( DRY_RUN )); then
     if step "build (dry run: load the existing build)" 30 show_dispatch; then

@@ -4,7 +4,9 @@
     python setup.py build_ext --inplace                  (the same build, without pip)
 
 The library holds the ops' schemas and all their kernels (CPU, Meta, Autograd, Autocast, and
-CUDA when the installed torch has CUDA), so ``torch.ops.load_library`` on that one file is enough.
+CUDA when the installed torch has CUDA: the kernels in csrc/warp_softmax_cuda.cu, their ops and
+registration in csrc/warp_softmax_cuda_ops.cpp), so ``torch.ops.load_library`` on that one file
+is enough.
 
 The CPU kernel is compiled three times, once per instruction set, each file with its own flags
 (ATen's Vectorized picks its width from CPU_CAPABILITY_* macros); the library chooses the widest
@@ -135,7 +137,9 @@ def _extension(capabilities: list[str], with_cuda: bool):
         "extra_link_args": ["-fopenmp"],
     }
     if with_cuda:
-        sources.append(str(CSRC / "warp_softmax_cuda.cu"))
+        # The kernels and their raw-pointer launchers (nvcc), and the ops on tensors with their
+        # TORCH_LIBRARY_IMPL(CUDA) (the host compiler, with the CUDA toolkit's headers).
+        sources += [str(CSRC / "warp_softmax_cuda.cu"), str(CSRC / "warp_softmax_cuda_ops.cpp")]
         extra_compile_args["nvcc"] = ["-O3", "-std=c++20", *defines]
         return cpp_extension.CUDAExtension(
             sources=sources, extra_compile_args=extra_compile_args, **kwargs

@@ -15,34 +15,31 @@
 // elements (float acc) keep g and y in registers; longer ones read them twice, unrolled.
 // float32 / bfloat16 / float16 accumulate in float32 (float64 in float64), and every launch
 // goes on the current stream, so the op composes with other streams and with CUDA graphs.
-#include <ATen/AccumulateType.h>
-#include <ATen/Dispatch.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+//
+// This file holds the kernels and launchers over raw pointers (cuda_kernels.h); the ops on
+// tensors and their registration with the dispatcher are in warp_softmax_cuda_ops.cpp.
+#include <c10/util/BFloat16.h>
 #include <c10/util/Float8_e4m3fn.h>
 #include <c10/util/Float8_e5m2.h>
-#include <torch/library.h>
+#include <c10/util/Half.h>
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <initializer_list>
-#include <limits>
-#include <optional>
 #include <type_traits>
 
-#include "checks.h"
+#include "cuda_kernels.h"
 
-namespace warp_softmax {
+namespace warp_softmax::cuda_kernels {
 namespace {
 
-using at::Tensor;
-
 constexpr int kWarpSize = 32;
-constexpr int kWarpsPerBlock = 4;  // 128 threads: 4 rows per block
+constexpr int kWarpsPerBlock = kRowsPerBlock;  // 128 threads: 4 rows per block
+
+// The accumulation type (at::acc_type on CUDA): float64 for float64, float32 for the rest.
+template <typename scalar_t>
+using acc_type = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
 
 // std::numeric_limits is host-only without --expt-relaxed-constexpr; this works everywhere.
 template <typename T>
@@ -380,15 +377,10 @@ __global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock)
   }
 }
 
-// One warp per row, kWarpsPerBlock rows per block. The block count is checked in 64 bits
-// before it becomes a dim3 (grid.x is at most 2^31 - 1): a wrapped count would leave rows
-// uncomputed and their output uninitialised.
-inline dim3 grid_for_rows(int64_t rows, const char* op) {
-  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  TORCH_CHECK(blocks <= static_cast<int64_t>(std::numeric_limits<int>::max()),
-              "warp_softmax::", op, " (CUDA): too many rows (", rows, "); at most ",
-              static_cast<int64_t>(std::numeric_limits<int>::max()) * kWarpsPerBlock);
-  return dim3(static_cast<unsigned>(blocks));
+// One warp per row, kWarpsPerBlock rows per block (the ops checked rows <= kMaxRows, so the
+// block count fits grid.x).
+inline dim3 grid_for_rows(int64_t rows) {
+  return dim3(static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock));
 }
 
 // Whether 16-byte packets can be used: every row starts 16-byte aligned and holds whole packets.
@@ -453,9 +445,9 @@ bool launch_backward_registers(const scalar_t* g, const scalar_t* y, scalar_t* d
 template <typename scalar_t>
 void launch_forward(const scalar_t* in, scalar_t* out, int64_t rows, int64_t n,
                     cudaStream_t stream) {
-  using acc_t = at::acc_type<scalar_t, /*is_cuda=*/true>;
+  using acc_t = acc_type<scalar_t>;
   constexpr int kPack = Packet<scalar_t>::kSize;
-  const Launch l{grid_for_rows(rows, "softmax"), dim3(kWarpSize, kWarpsPerBlock), stream};
+  const Launch l{grid_for_rows(rows), dim3(kWarpSize, kWarpsPerBlock), stream};
   if (can_use_packets<scalar_t>(n, {in, out})) {
     if (!launch_forward_registers<scalar_t, acc_t, kPack, kMaxRegisterValues<acc_t>>(in, out,
                                                                                     rows, n, l)) {
@@ -467,18 +459,16 @@ void launch_forward(const scalar_t* in, scalar_t* out, int64_t rows, int64_t n,
     softmax_forward_looped<scalar_t, scalar_t, acc_t, 1>
         <<<l.grid, l.block, 0, l.stream>>>(in, out, rows, n);
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename scalar_t>
 void launch_backward(const scalar_t* g, const scalar_t* y, scalar_t* dx, int64_t rows, int64_t n,
                      cudaStream_t stream) {
-  using acc_t = at::acc_type<scalar_t, /*is_cuda=*/true>;
+  using acc_t = acc_type<scalar_t>;
   constexpr int kPack = Packet<scalar_t>::kSize;
   // g and y both in registers: half the forward's budget each.
   constexpr int kMaxValues = kMaxRegisterValues<acc_t> / 2;
-  const Launch l{grid_for_rows(rows, "softmax_backward"), dim3(kWarpSize, kWarpsPerBlock),
-                 stream};
+  const Launch l{grid_for_rows(rows), dim3(kWarpSize, kWarpsPerBlock), stream};
   if (can_use_packets<scalar_t>(n, {g, y, dx})) {
     if (!launch_backward_registers<scalar_t, acc_t, kPack, kMaxValues>(g, y, dx, rows, n, l)) {
       softmax_backward_looped<scalar_t, acc_t, kPack>
@@ -487,7 +477,20 @@ void launch_backward(const scalar_t* g, const scalar_t* y, scalar_t* dx, int64_t
   } else if (!launch_backward_registers<scalar_t, acc_t, 1, 16>(g, y, dx, rows, n, l)) {
     softmax_backward_looped<scalar_t, acc_t, 1><<<l.grid, l.block, 0, l.stream>>>(g, y, dx, rows, n);
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t>
+void launch_log_backward(const scalar_t* g, const scalar_t* y, scalar_t* dx, int64_t rows,
+                         int64_t n, cudaStream_t stream) {
+  using acc_t = acc_type<scalar_t>;
+  constexpr int kPack = Packet<scalar_t>::kSize;
+  const dim3 grid = grid_for_rows(rows);
+  const dim3 block(kWarpSize, kWarpsPerBlock);
+  if (can_use_packets<scalar_t>(n, {g, y, dx})) {
+    log_softmax_backward_looped<scalar_t, acc_t, kPack><<<grid, block, 0, stream>>>(g, y, dx, rows, n);
+  } else {
+    log_softmax_backward_looped<scalar_t, acc_t, 1><<<grid, block, 0, stream>>>(g, y, dx, rows, n);
+  }
 }
 
 // A converting or log_softmax launch: the looped kernel, with packets where both sides allow.
@@ -495,7 +498,7 @@ template <typename in_t, typename out_t, bool kLog>
 void launch_converting(const in_t* in, out_t* out, int64_t rows, int64_t n, cudaStream_t stream) {
   using acc_t = std::conditional_t<std::is_same_v<out_t, double>, double, float>;
   constexpr int kPack = Packet<in_t>::kSize;
-  const dim3 grid = grid_for_rows(rows, kLog ? "log_softmax" : "softmax");
+  const dim3 grid = grid_for_rows(rows);
   const dim3 block(kWarpSize, kWarpsPerBlock);
   if (can_use_converting_packets<in_t, out_t>(n, in, out)) {
     softmax_forward_looped<in_t, out_t, acc_t, kPack, kLog>
@@ -503,32 +506,49 @@ void launch_converting(const in_t* in, out_t* out, int64_t rows, int64_t n, cuda
   } else {
     softmax_forward_looped<in_t, out_t, acc_t, 1, kLog><<<grid, block, 0, stream>>>(in, out, rows, n);
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+using BF16 = c10::BFloat16;
+using F16 = c10::Half;
 using Fp8E4M3 = c10::Float8_e4m3fn;
 using Fp8E5M2 = c10::Float8_e5m2;
 
+// The Dtype tag of each element type.
+template <typename T>
+constexpr Dtype kDtypeOf = std::is_same_v<T, float>     ? Dtype::kFloat32
+                           : std::is_same_v<T, double>  ? Dtype::kFloat64
+                           : std::is_same_v<T, BF16>    ? Dtype::kBFloat16
+                           : std::is_same_v<T, F16>     ? Dtype::kFloat16
+                           : std::is_same_v<T, Fp8E4M3> ? Dtype::kFloat8E4M3
+                                                        : Dtype::kFloat8E5M2;
+
+// fn(T{}) for the C++ type T of a float32 / float64 / bfloat16 / float16 tag (the ops call the
+// same-type kernels with these only).
+template <typename Fn>
+void with_floating_type(Dtype dtype, const Fn& fn) {
+  switch (dtype) {
+    case Dtype::kFloat64: return fn(double{});
+    case Dtype::kBFloat16: return fn(BF16{});
+    case Dtype::kFloat16: return fn(F16{});
+    default: return fn(float{});
+  }
+}
+
 // The (input, output) pairs with a converting kernel: log_softmax of each floating type, FP8 to
 // itself, the widening dtype= casts, FP8 in to float32, and float32 / 16-bit to FP8. Any other
-// pair is first cast exactly by ATen into one of these (forward_cuda). Returns false if none.
+// pair is first cast exactly by ATen into one of these (the ops). Returns false if none.
 template <bool kLog>
-bool launch_pair(const Tensor& x, Tensor& y, int64_t rows, int64_t n, cudaStream_t stream) {
-  const auto in = x.scalar_type(), out = y.scalar_type();
+bool launch_pair(Dtype in, Dtype out, const void* input, void* output, int64_t rows, int64_t n,
+                 cudaStream_t stream) {
   bool launched = false;
   const auto pair = [&](auto in_tag, auto out_tag) {
     using in_t = decltype(in_tag);
     using out_t = decltype(out_tag);
-    if (launched || in != c10::CppTypeToScalarType<in_t>::value ||
-        out != c10::CppTypeToScalarType<out_t>::value) {
-      return;
-    }
-    launch_converting<in_t, out_t, kLog>(x.const_data_ptr<in_t>(), y.mutable_data_ptr<out_t>(),
-                                         rows, n, stream);
+    if (launched || in != kDtypeOf<in_t> || out != kDtypeOf<out_t>) return;
+    launch_converting<in_t, out_t, kLog>(static_cast<const in_t*>(input),
+                                         static_cast<out_t*>(output), rows, n, stream);
     launched = true;
   };
-  using BF16 = c10::BFloat16;
-  using F16 = c10::Half;
   if constexpr (kLog) {  // softmax of a type to itself has the register kernels (launch_forward)
     pair(float{}, float{});
     pair(double{}, double{});
@@ -551,113 +571,41 @@ bool launch_pair(const Tensor& x, Tensor& y, int64_t rows, int64_t n, cudaStream
   return launched;
 }
 
-template <bool kLog>
-Tensor forward_cuda(const Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
-  const char* op = kLog ? "warp_softmax::log_softmax" : "warp_softmax::softmax";
-  const at::ScalarType out_type = forward_output_dtype(self, dtype, op);
-  TORCH_CHECK(self.is_cuda(), op, ": the CUDA kernel got a tensor on ", self.device());
-  const int64_t d = wrap_dim(self, dim);
-  const c10::cuda::CUDAGuard device_guard(self.device());
-  Tensor output = at::empty(self.sizes(), self.options().dtype(out_type));
-  if (self.numel() == 0) return output;
-  const bool dim_is_last = self.dim() == 0 || d == self.dim() - 1;
-  const Tensor input = with_dim_last(kernel_input(self, out_type), d);
-  Tensor result = dim_is_last ? output : at::empty(input.sizes(), output.options());
-  const int64_t n = input.size(-1);
-  const int64_t rows = input.numel() / n;
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(self.device().index()).stream();
-  // softmax of a type to itself: the register kernels; anything else: a converting pair.
-  const auto launch = [&](const Tensor& x) {
-    if (!kLog && x.scalar_type() == out_type && !is_fp8(out_type)) {
-      AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, out_type, "softmax_cuda", [&] {
-        launch_forward<scalar_t>(x.const_data_ptr<scalar_t>(),
-                                 result.mutable_data_ptr<scalar_t>(), rows, n, stream);
-      });
-      return true;
-    }
-    return launch_pair<kLog>(x, result, rows, n, stream);
-  };
-  // No kernel for this pair: an exact cast first (FP8 and 16-bit values are exact in float32,
-  // and in the output type when that is wider), then a pair that has one.
-  if (!launch(input)) {
-    TORCH_CHECK(launch(input.to(is_fp8(out_type) ? at::kFloat : out_type)), op,
-                ": no CUDA kernel from ", self.scalar_type(), " to ", out_type);
-  }
-  if (!dim_is_last) output.copy_(result.movedim(-1, d));
-  return output;
-}
-
-Tensor softmax_backward_cuda(const Tensor& grad_output, const Tensor& output, int64_t dim) {
-  check_backward_inputs(grad_output, output);
-  TORCH_CHECK(output.is_cuda(), "warp_softmax::softmax_backward: the CUDA kernel got a tensor on ",
-              output.device());
-  const int64_t d = wrap_dim(output, dim);
-  const c10::cuda::CUDAGuard device_guard(output.device());
-  Tensor grad_input = at::empty(output.sizes(), output.options());
-  if (output.numel() == 0) return grad_input;
-  const bool dim_is_last = output.dim() == 0 || d == output.dim() - 1;
-  const Tensor g = with_dim_last(grad_output, d);
-  const Tensor y = with_dim_last(output, d);
-  Tensor result = dim_is_last ? grad_input : at::empty(y.sizes(), y.options());
-  const int64_t n = y.size(-1);
-  const int64_t rows = y.numel() / n;
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(output.device().index()).stream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kBFloat16, at::kHalf, output.scalar_type(), "softmax_backward_cuda", [&] {
-        launch_backward<scalar_t>(g.const_data_ptr<scalar_t>(), y.const_data_ptr<scalar_t>(),
-                                  result.mutable_data_ptr<scalar_t>(), rows, n, stream);
-      });
-  if (!dim_is_last) grad_input.copy_(result.movedim(-1, d));
-  return grad_input;
-}
-
-Tensor log_softmax_backward_cuda(const Tensor& grad_output, const Tensor& output, int64_t dim) {
-  constexpr const char* op = "warp_softmax::log_softmax_backward";
-  check_backward_inputs(grad_output, output, op);
-  TORCH_CHECK(output.is_cuda(), op, ": the CUDA kernel got a tensor on ", output.device());
-  const int64_t d = wrap_dim(output, dim);
-  const c10::cuda::CUDAGuard device_guard(output.device());
-  Tensor grad_input = at::empty(output.sizes(), output.options());
-  if (output.numel() == 0) return grad_input;
-  const bool dim_is_last = output.dim() == 0 || d == output.dim() - 1;
-  const Tensor g = with_dim_last(grad_output, d);
-  const Tensor y = with_dim_last(output, d);
-  Tensor result = dim_is_last ? grad_input : at::empty(y.sizes(), y.options());
-  const int64_t n = y.size(-1);
-  const int64_t rows = y.numel() / n;
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(output.device().index()).stream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kBFloat16, at::kHalf, output.scalar_type(), "log_softmax_backward_cuda", [&] {
-        using acc_t = at::acc_type<scalar_t, /*is_cuda=*/true>;
-        constexpr int kPack = Packet<scalar_t>::kSize;
-        const scalar_t* gp = g.const_data_ptr<scalar_t>();
-        const scalar_t* yp = y.const_data_ptr<scalar_t>();
-        scalar_t* dx = result.mutable_data_ptr<scalar_t>();
-        const dim3 grid = grid_for_rows(rows, "log_softmax_backward");
-        const dim3 block(kWarpSize, kWarpsPerBlock);
-        if (can_use_packets<scalar_t>(n, {gp, yp, dx})) {
-          log_softmax_backward_looped<scalar_t, acc_t, kPack>
-              <<<grid, block, 0, stream>>>(gp, yp, dx, rows, n);
-        } else {
-          log_softmax_backward_looped<scalar_t, acc_t, 1>
-              <<<grid, block, 0, stream>>>(gp, yp, dx, rows, n);
-        }
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      });
-  if (!dim_is_last) grad_input.copy_(result.movedim(-1, d));
-  return grad_input;
-}
-
 }  // namespace
 
-// Device placement: the dispatcher routes a call here when the tensors' dispatch key set's
-// highest backend key is CUDA, i.e. the inputs live on a CUDA device; the guard above then
-// makes that device current for the launch.
-TORCH_LIBRARY_IMPL(warp_softmax, CUDA, m) {
-  m.impl("softmax", &forward_cuda<false>);
-  m.impl("log_softmax", &forward_cuda<true>);
-  m.impl("softmax_backward", &softmax_backward_cuda);
-  m.impl("log_softmax_backward", &log_softmax_backward_cuda);
+void softmax_forward(Dtype dtype, const void* input, void* output, int64_t rows, int64_t n,
+                     cudaStream_t stream) {
+  with_floating_type(dtype, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    launch_forward(static_cast<const scalar_t*>(input), static_cast<scalar_t*>(output), rows, n,
+                   stream);
+  });
 }
 
-}  // namespace warp_softmax
+bool softmax_forward_converting(bool log, Dtype in, Dtype out, const void* input, void* output,
+                                int64_t rows, int64_t n, cudaStream_t stream) {
+  return log ? launch_pair<true>(in, out, input, output, rows, n, stream)
+             : launch_pair<false>(in, out, input, output, rows, n, stream);
+}
+
+void softmax_backward(Dtype dtype, const void* grad_output, const void* output, void* grad_input,
+                      int64_t rows, int64_t n, cudaStream_t stream) {
+  with_floating_type(dtype, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    launch_backward(static_cast<const scalar_t*>(grad_output),
+                    static_cast<const scalar_t*>(output), static_cast<scalar_t*>(grad_input),
+                    rows, n, stream);
+  });
+}
+
+void log_softmax_backward(Dtype dtype, const void* grad_output, const void* output,
+                          void* grad_input, int64_t rows, int64_t n, cudaStream_t stream) {
+  with_floating_type(dtype, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    launch_log_backward(static_cast<const scalar_t*>(grad_output),
+                        static_cast<const scalar_t*>(output), static_cast<scalar_t*>(grad_input),
+                        rows, n, stream);
+  });
+}
+
+}  // namespace warp_softmax::cuda_kernels

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -50,6 +51,28 @@ def test_simd_flags_come_from_the_shared_file():
     ]
     assert "-mavx512f" in setup_py.capability_flags("avx512")
     assert not any(f.startswith("-m") for f in setup_py.capability_flags("default"))
+
+
+def test_one_schema_block_and_one_registration_per_backend():
+    # The sources hold one TORCH_LIBRARY block (the schemas) and one TORCH_LIBRARY_IMPL per
+    # dispatch key, CUDA's in the ops file the host compiler builds, not in the .cu.
+    blocks = {}
+    for source in sorted((LAB_DIR / "csrc").glob("*.c*")):
+        for key in re.findall(
+            r"^TORCH_LIBRARY(?:_IMPL\(warp_softmax, (\w+)|\(warp_softmax)",
+            source.read_text(),
+            re.M,
+        ):
+            blocks.setdefault(key or "schemas", []).append(source.name)
+    assert blocks == {
+        "schemas": ["warp_softmax.cpp"],
+        "CPU": ["warp_softmax.cpp"],
+        "Meta": ["warp_softmax.cpp"],
+        "Autograd": ["warp_softmax.cpp"],
+        "AutocastCPU": ["warp_softmax.cpp"],
+        "AutocastCUDA": ["warp_softmax.cpp"],
+        "CUDA": ["warp_softmax_cuda_ops.cpp"],
+    }, blocks
 
 
 def test_package_and_load_library_do_not_register_twice():
