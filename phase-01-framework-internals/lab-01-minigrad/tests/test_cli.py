@@ -14,6 +14,7 @@ import pytest
 import torch
 from minigrad.__main__ import main as minigrad_main
 from minigrad_harness import demo
+from phase01_common.entry_points import run_module
 from phase01_common.report import Section
 
 
@@ -28,6 +29,36 @@ def test_help_lists_every_command(capsys):
     listed = out.split("explain [NAME ...]")[1].split("Every command")[0]
     for name in DEMOS:  # every demonstration is named in both helps
         assert name in listed and f"explain {name}" in explain_doc, name
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["demo", "--help"],
+        ["bench", "--help"],
+        ["nope"],
+        ["demo", "--out", "{tmp}/a-file"],
+        ["bench", "--threads", "x"],
+        ["bench", "--out", "/proc/r.json"],
+        ["explain", "nope"],
+    ],
+)
+def test_help_and_bad_input_do_not_import_torch_or_jax(argv, tmp_path):
+    # The real entry point in a fresh process: help and refusals come from the parsers and the
+    # path checks, before the harness imports torch or JAX for the work.
+    (tmp_path / "a-file").write_text("not a folder")
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    run = run_module("minigrad", *argv, cwd=tmp_path)
+    assert run.heavy_imports() == [], run.heavy_imports()
+    assert "minigrad" in run.imported
+    if "--help" in argv:
+        assert run.returncode == 0 and run.stderr_lines == [] and "usage:" in run.stdout
+    else:
+        assert run.returncode == 2, run.stderr_lines
+        assert len(run.stderr_lines) == 1 and "Traceback" not in run.stderr_lines[0]
+        assert argv[-1] in run.stderr_lines[0], run.stderr_lines  # names what was wrong
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing written
 
 
 @pytest.mark.parametrize("make_out", [lambda tmp: Path("/proc/nope"), lambda tmp: tmp / "a-file"])
