@@ -38,17 +38,13 @@ def test_help_lists_every_command(capsys):
         ["demo", "--help"],
         ["bench", "--help"],
         ["nope"],
-        ["demo", "--out", "{tmp}/a-file"],
         ["bench", "--threads", "x"],
-        ["bench", "--out", "/proc/r.json"],
-        ["explain", "nope"],
     ],
 )
 def test_help_and_bad_input_do_not_import_torch_or_jax(argv, tmp_path):
-    # The real entry point in a fresh process: help and refusals come from the parsers and the
-    # path checks, before the harness imports torch or JAX for the work.
-    (tmp_path / "a-file").write_text("not a folder")
-    argv = [a.format(tmp=tmp_path) for a in argv]
+    # The real entry point in a fresh process: help and refusals come from the parsers (the
+    # dispatcher's and each command's), before the harness imports torch or JAX for the work;
+    # the path checks' refusals are one line in the in-process tests below.
     run = run_module("minigrad", *argv, cwd=tmp_path)
     assert run.heavy_imports() == [], run.heavy_imports()
     assert "minigrad" in run.imported
@@ -58,7 +54,7 @@ def test_help_and_bad_input_do_not_import_torch_or_jax(argv, tmp_path):
         assert run.returncode == 2, run.stderr_lines
         assert len(run.stderr_lines) == 1 and "Traceback" not in run.stderr_lines[0]
         assert argv[-1] in run.stderr_lines[0], run.stderr_lines  # names what was wrong
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing written
+    assert not list(tmp_path.iterdir())  # nothing written where it ran
 
 
 @pytest.mark.parametrize("make_out", [lambda tmp: Path("/proc/nope"), lambda tmp: tmp / "a-file"])
@@ -141,6 +137,7 @@ def test_bench_writes_results_only_where_asked(tmp_path, monkeypatch, capsys):
     assert exc.value.code == 2 and calls == [(64, 128), (1024, 1024)] * 2
     err = capsys.readouterr().err
     assert "/proc/r.json: cannot write there" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err  # no usage block above it
 
 
 def test_explain_runs_the_guides_demos_and_refuses_unknown_names(capsys):
