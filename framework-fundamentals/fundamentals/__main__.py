@@ -117,8 +117,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> OneLineArgumentParser:
     """Every command and its options, each checked by its argparse ``type``: the parser needs
-    only the standard library, so --help and bad arguments answer without torch or TensorFlow
-    (each command imports what it needs when it runs)."""
+    only the standard library and ``phase01_common.cli``, so --help and bad arguments answer
+    without torch or TensorFlow (each command imports what it needs when it runs)."""
     parser = OneLineArgumentParser(
         prog="python -m fundamentals",
         description="Runnable answers to the core PyTorch / TensorFlow practice questions.",
