@@ -33,6 +33,13 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = _finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
 def _autograd(args: argparse.Namespace) -> int:
     from fundamentals import autograd_basics
 
@@ -109,6 +116,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> OneLineArgumentParser:
+    """Every command and its options, each checked by its argparse ``type``: the parser needs
+    only the standard library and ``phase01_common.cli``, so --help and bad arguments answer
+    without torch or TensorFlow (each command imports what it needs when it runs)."""
     parser = OneLineArgumentParser(
         prog="python -m fundamentals",
         description="Runnable answers to the core PyTorch / TensorFlow practice questions.",
@@ -130,7 +140,7 @@ def build_parser() -> OneLineArgumentParser:
     sub["autograd"].add_argument("--x", type=_finite_float, default=4.0, help="default 4")
     sub["swish"].add_argument("--seed", type=int, default=0)
     sub["tf"].add_argument("--x0", type=_finite_float, default=0.0, help="start (default 0)")
-    sub["tf"].add_argument("--lr", type=_finite_float, default=0.1, help="default 0.1")
+    sub["tf"].add_argument("--lr", type=_positive_float, default=0.1, help="default 0.1")
     sub["tf"].add_argument("--steps", type=positive_int, default=100, help="default 100")
     for option, default in (
         ("--train-per-label", 30),

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn
+
+from phase01_common.cli import OneLineArgumentParser, positive_int
 
 # <repository>/out/ is git-ignored; parents: concepts/ → concepts/ → phase-01 → root.
 DEFAULT_OUT = Path(__file__).resolve().parents[3] / "out" / "concepts"
@@ -114,23 +115,17 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(args.out, quick=args.quick)
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """A usage error is one line (``prog: error: ...``, exit 2), without the usage block;
-    subcommand parsers inherit it (argparse builds them with the parent's class)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = _OneLineParser(
+    # Only the standard library and phase01_common are imported up to here: --help and every
+    # usage error answer without torch, which each command imports when it runs.
+    parser = OneLineArgumentParser(
         prog="python -m concepts",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
     c = commands.add_parser("compile", help="minigrad as a torch.compile backend")
-    c.add_argument("--batch", type=int, default=4)
+    c.add_argument("--batch", type=positive_int, default=4)
     c.set_defaults(run=_compile)
     commands.add_parser("fx", help="torch.fx trace, Interpreter, Transformer, limits").set_defaults(
         run=_fx
@@ -148,8 +143,6 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the plot goes")
     d.set_defaults(run=_demo)
     args = parser.parse_args(argv)
-    if getattr(args, "batch", 1) < 1:
-        parser.error("--batch must be at least 1")
     return args.run(args)
 
 

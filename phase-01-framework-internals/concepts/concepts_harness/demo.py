@@ -8,8 +8,6 @@ from pathlib import Path
 from phase01_common.cli import OutputPathError, prepare_out_dir
 from phase01_common.report import section_text
 
-from concepts_harness.report_section import build_section
-
 
 def run_demo(out_dir: Path, quick: bool) -> int:
     """Build the report section into ``out_dir`` and print it; exit status 0 if all checks pass
@@ -19,6 +17,8 @@ def run_demo(out_dir: Path, quick: bool) -> int:
     except OutputPathError as error:
         print(f"python -m concepts demo: error: {error}", file=sys.stderr)
         return 2
+    from concepts_harness.report_section import build_section  # torch: after the --out check
+
     section = build_section(out_dir, quick=quick)
     for label, value in section.headline:
         print(f"* {label}: {value}")

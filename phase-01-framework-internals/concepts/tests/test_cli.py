@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from concepts.__main__ import main
+from phase01_common.entry_points import run_module
 
 
 def test_help_lists_every_command(capsys):
@@ -48,3 +49,24 @@ def test_precision_command_prints_the_table(capsys):
     assert main(["precision", "--max-exponent", "3"]) == 0
     out = capsys.readouterr().out
     assert "bfloat16" in out and "Welford" in out and "ThreadReduction" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["compile", "--help"], ["compile", "--batch", "0"], ["demo", "--out", "{file}"]],
+)
+def test_help_and_bad_input_do_not_import_torch(argv, tmp_path):
+    # The real entry point in a fresh process: --help, a subcommand's help, a usage error and
+    # an --out refused by the demo answer from the parser and the path check, before torch.
+    (tmp_path / "a_file").write_text("")
+    argv = [a.format(file=tmp_path / "a_file") for a in argv]
+    run = run_module("concepts", *argv, cwd=tmp_path)
+    assert run.heavy_imports() == [], run.heavy_imports()
+    assert "concepts" in run.imported
+    if "--help" in argv:
+        assert run.returncode == 0 and run.stderr_lines == [] and "usage:" in run.stdout
+    else:
+        assert run.returncode == 2 and run.stdout == ""
+        assert len(run.stderr_lines) == 1, run.stderr_lines
+        assert run.stderr_lines[0].startswith("python -m concepts"), run.stderr_lines
+        assert "error:" in run.stderr_lines[0] and "Traceback" not in run.stderr_lines[0]

@@ -24,7 +24,14 @@ COMMANDS["explain"] = "minigrad_harness.explain"
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(
+    try:  # the labs' shared parser is a harness dependency, like every command here
+        from phase01_common.cli import OneLineArgumentParser
+    except ModuleNotFoundError as exc:
+        print(
+            f"python -m minigrad: error: {exc} (install the lab's harness extra)", file=sys.stderr
+        )
+        return 2
+    parser = OneLineArgumentParser(
         prog="python -m minigrad",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -37,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     ns = parser.parse_args(argv[:1])
-    # Imported only here: the library never depends on its harness.
+    # Imported only here: the library never depends on its harness. The harness modules
+    # import torch and JAX inside the work, after their own parsers and path checks.
     module = importlib.import_module(COMMANDS[ns.command])
     return module.main(argv[1:])
 

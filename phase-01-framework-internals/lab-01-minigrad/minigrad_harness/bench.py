@@ -26,7 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from phase01_common.cli import OutputPathError, check_out_file
+from phase01_common.cli import (
+    OneLineArgumentParser,
+    OutputPathError,
+    check_out_file,
+    positive_int,
+)
 
 from minigrad_harness import bench_func
 from minigrad_harness.mlp_step import (
@@ -136,14 +141,14 @@ def step_table(rows: list[BenchRow]) -> tuple[list[str], list[list[object]]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minigrad bench", description=__doc__)
+    parser = OneLineArgumentParser(prog="python -m minigrad bench", description=__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--threads", type=int, default=1, help="BLAS/torch/XLA threads (default 1)")
+    parser.add_argument(
+        "--threads", type=positive_int, default=1, help="BLAS/torch/XLA threads (default 1)"
+    )
     parser.add_argument("--quick", action="store_true", help="1 s budget per size instead of 6")
     parser.add_argument("--out", type=Path, default=None, help="write the figures to this JSON")
     args = parser.parse_args(argv)
-    if args.threads < 1:
-        parser.error(f"--threads must be at least 1, got {args.threads}")
     if args.out is not None:
         try:
             check_out_file(args.out, "--out")  # before minutes of work

@@ -11,14 +11,14 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from phase01_common.cli import OutputPathError, prepare_out_dir
+from phase01_common.cli import OneLineArgumentParser, OutputPathError, prepare_out_dir
 from phase01_common.report import section_text
 
 from minigrad_harness.report_section import build_section
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minigrad demo", description=__doc__)
+    parser = OneLineArgumentParser(prog="python -m minigrad demo", description=__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--quick", action="store_true", help="skip finite differences and bench")
     parser.add_argument("--out", type=Path, default=None, help="folder to keep the plot in")
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             prepare_out_dir(args.out)
         except OutputPathError as exc:
-            parser.exit(2, f"error: {exc}\n")
+            parser.error(str(exc))
         section = build_section(args.out, quick=args.quick)
         print(section_text(section))
         print(f"plot written to {args.out}")

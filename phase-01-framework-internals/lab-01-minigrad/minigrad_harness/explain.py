@@ -207,7 +207,11 @@ def main(argv: list[str]) -> int:
     names = argv or list(DEMOS)
     unknown = [n for n in names if n not in DEMOS]
     if unknown:
-        print(f"unknown demo(s) {unknown}; choose from {list(DEMOS)}", file=sys.stderr)
+        print(
+            f"python -m minigrad explain: error: unknown demo(s) {unknown}; "
+            f"choose from {list(DEMOS)}",
+            file=sys.stderr,
+        )
         return 2
     for n in names:
         print(f"=== {n} ===")

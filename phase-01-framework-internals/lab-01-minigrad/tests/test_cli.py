@@ -14,6 +14,7 @@ import pytest
 import torch
 from minigrad.__main__ import main as minigrad_main
 from minigrad_harness import demo
+from phase01_common.entry_points import run_module
 from phase01_common.report import Section
 
 
@@ -28,6 +29,32 @@ def test_help_lists_every_command(capsys):
     listed = out.split("explain [NAME ...]")[1].split("Every command")[0]
     for name in DEMOS:  # every demonstration is named in both helps
         assert name in listed and f"explain {name}" in explain_doc, name
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["demo", "--help"],
+        ["bench", "--help"],
+        ["nope"],
+        ["bench", "--threads", "x"],
+    ],
+)
+def test_help_and_bad_input_do_not_import_torch_or_jax(argv, tmp_path):
+    # The real entry point in a fresh process: help and refusals come from the parsers (the
+    # dispatcher's and each command's), before the harness imports torch or JAX for the work;
+    # the path checks' refusals are one line in the in-process tests below.
+    run = run_module("minigrad", *argv, cwd=tmp_path)
+    assert run.heavy_imports() == [], run.heavy_imports()
+    assert "minigrad" in run.imported
+    if "--help" in argv:
+        assert run.returncode == 0 and run.stderr_lines == [] and "usage:" in run.stdout
+    else:
+        assert run.returncode == 2, run.stderr_lines
+        assert len(run.stderr_lines) == 1 and "Traceback" not in run.stderr_lines[0]
+        assert argv[-1] in run.stderr_lines[0], run.stderr_lines  # names what was wrong
+    assert not list(tmp_path.iterdir())  # nothing written where it ran
 
 
 @pytest.mark.parametrize("make_out", [lambda tmp: Path("/proc/nope"), lambda tmp: tmp / "a-file"])
@@ -110,6 +137,7 @@ def test_bench_writes_results_only_where_asked(tmp_path, monkeypatch, capsys):
     assert exc.value.code == 2 and calls == [(64, 128), (1024, 1024)] * 2
     err = capsys.readouterr().err
     assert "/proc/r.json: cannot write there" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err  # no usage block above it
 
 
 def test_explain_runs_the_guides_demos_and_refuses_unknown_names(capsys):

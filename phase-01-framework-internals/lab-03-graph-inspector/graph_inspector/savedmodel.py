@@ -1,9 +1,9 @@
 """SavedModel folders: the one folder check, loading, signatures, and what a signature needs.
 
 :func:`check_savedmodel_dir` is the only place that decides whether a path is a SavedModel
-folder (no TensorFlow import, so the CLI answers bad paths at once); everything that opens a
-SavedModel (inspection, conversion, the ``signatures`` command) goes through
-:func:`load_savedmodel`, which runs it once.
+folder (no TensorFlow import, so the CLI answers bad paths and a ``saved_model.pb`` that is no
+protocol buffer at once); everything that opens a SavedModel (inspection, conversion, the
+``signatures`` command) goes through :func:`load_savedmodel`, which runs it once.
 """
 
 from __future__ import annotations
@@ -29,7 +29,28 @@ def check_savedmodel_dir(path: str | Path) -> Path:
         raise NotASavedModelError(f"{p} is a file, not a SavedModel directory")
     if not ((p / "saved_model.pb").is_file() or (p / "saved_model.pbtxt").is_file()):
         raise NotASavedModelError(f"{p} is not a SavedModel (no saved_model.pb inside)")
+    if (p / "saved_model.pb").is_file():
+        _check_protocol_buffer(p / "saved_model.pb")
     return p
+
+
+def _check_protocol_buffer(pb: Path) -> None:
+    """Refuse a ``saved_model.pb`` whose bytes are no protocol buffer at all, without TensorFlow.
+
+    protobuf's ``Empty`` message reads any well-formed message (every field kept as an unknown
+    one) and raises on bytes that break the wire format, as TensorFlow's own parse would; a
+    well-formed file that is still no loadable SavedModel is left to :func:`load_savedmodel`.
+    """
+    from google.protobuf import empty_pb2
+    from google.protobuf.message import DecodeError
+
+    try:
+        empty_pb2.Empty().ParseFromString(pb.read_bytes())
+    except DecodeError:
+        raise NotASavedModelError(
+            f"{pb.parent} could not be loaded as a SavedModel: {pb.name} is not a protocol "
+            "buffer (its wire format is corrupt)"
+        ) from None
 
 
 def load_savedmodel(path: str | Path) -> Any:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from phase01_common.entry_points import ModuleRun, run_module
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -16,16 +17,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import tensorflow as tf  # noqa: E402
 from graph_inspector import cli  # noqa: E402
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "graph_inspector", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-    )
 
 
 def run_in_process(capfd, *args: str) -> subprocess.CompletedProcess:
@@ -55,12 +46,33 @@ def test_cli_bad_path_and_not_a_savedmodel(tmp_path, command, capfd):
     assert proc.returncode == cli.EXIT_USAGE
 
 
+def assert_one_line_from_the_entry_point(run: ModuleRun, needle: str) -> None:
+    """``assert_one_line_error`` for a real ``python -m graph_inspector`` process."""
+    proc = subprocess.CompletedProcess([], run.returncode, run.stdout, "\n".join(run.stderr_lines))
+    assert_one_line_error(proc, needle)
+    assert run.returncode == cli.EXIT_USAGE and run.stdout == ""
+
+
 def test_cli_corrupt_savedmodel_is_one_line_from_the_entry_point(tmp_path):
-    # one real `python -m graph_inspector` process: the entry point, a fresh TensorFlow import
+    # A saved_model.pb that is no protocol buffer is refused by the folder check, before
+    # TensorFlow is imported.
     (tmp_path / "saved_model.pb").write_bytes(b"not a protobuf")
-    proc = run_cli("inspect", str(tmp_path))
-    assert_one_line_error(proc, "could not be loaded as a SavedModel")
-    assert proc.returncode == cli.EXIT_USAGE
+    run = run_module("graph_inspector", "inspect", str(tmp_path))
+    assert_one_line_from_the_entry_point(run, "could not be loaded as a SavedModel")
+    assert "is not a protocol buffer" in run.stderr_lines[0]
+    assert run.heavy_imports() == [], run.heavy_imports()
+
+
+def test_cli_savedmodel_refused_by_tensorflow_is_one_line_from_the_entry_point(tmp_path):
+    # The one real process that imports TensorFlow: a well-formed SavedModel message (schema
+    # version 1) with no MetaGraph passes the folder check and is refused by tf.saved_model.load.
+    # TensorFlow's native start-up lines (absl, oneDNN) go to file descriptor 2 even at
+    # TF_CPP_MIN_LOG_LEVEL=2; the quiet import keeps them off, so the error stays one line.
+    (tmp_path / "saved_model.pb").write_bytes(b"\x08\x01")
+    run = run_module("graph_inspector", "inspect", str(tmp_path))
+    assert "tensorflow" in run.heavy_imports()  # it did reach TensorFlow's own loader
+    assert_one_line_from_the_entry_point(run, "could not be loaded as a SavedModel")
+    assert "is not a protocol buffer" not in run.stderr_lines[0]
 
 
 def test_cli_corrupt_savedmodel_is_one_line(tmp_path, capfd):
@@ -217,12 +229,37 @@ def test_selective_int8_denying_every_layer_names_the_problem(small_savedmodel):
 # --- --help, --unknown-dim, convert --signature -------------------------------------------------
 
 
+COMMANDS = ("inspect", "convert", "signatures", "profile", "quant-debug", "demo", "bench")
+
+
 def test_help_lists_every_command():
-    proc = run_cli("--help")
-    assert proc.returncode == 0, proc.stderr
-    for command in ("inspect", "convert", "signatures", "profile", "quant-debug", "demo", "bench"):
-        assert re.search(rf"^\s+{command}\s", proc.stdout, re.M), proc.stdout
-    assert "tensorflow" not in proc.stderr.lower()  # --help does not import TensorFlow
+    run = run_module("graph_inspector", "--help")
+    assert run.returncode == 0, run.stderr_lines
+    for command in COMMANDS:
+        assert re.search(rf"^\s+{command}\s", run.stdout, re.M), run.stdout
+    assert run.heavy_imports() == [] and run.stderr_lines == []  # --help imports no TensorFlow
+
+
+@pytest.mark.parametrize("command", ["inspect", "demo"])  # a library and a harness command
+def test_a_commands_help_imports_no_tensorflow(command):
+    run = run_module("graph_inspector", command, "--help")
+    assert run.returncode == 0 and run.stderr_lines == [], run.stderr_lines
+    assert f"python -m graph_inspector {command}" in run.stdout
+    assert run.heavy_imports() == [], run.heavy_imports()
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["inspect", "{tmp}/missing"], "no such file or directory"),
+        (["profile", "{tmp}", "--steps", "0"], "--steps: must be a positive size"),
+        (["demo", "--out", "/proc/nope"], "--out /proc/nope: cannot write there"),
+    ],
+)
+def test_bad_input_is_refused_before_tensorflow(tmp_path, argv, needle):
+    run = run_module("graph_inspector", *[a.format(tmp=tmp_path) for a in argv])
+    assert_one_line_from_the_entry_point(run, needle)
+    assert run.heavy_imports() == [], run.heavy_imports()
 
 
 @pytest.mark.parametrize("value", ["-3", "0"])
