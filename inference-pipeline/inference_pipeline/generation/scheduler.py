@@ -15,9 +15,10 @@ Policy (vLLM's, with chunked prefill), one call per iteration:
    No admission happens in an iteration that preempted (it would take the blocks back).
 3. **Admission delay** (vLLM's ``scheduler_delay_factor``): with ``admission_delay_factor``
    ``f > 0`` new requests are admitted only when the oldest one waiting has waited at least
-   ``f`` x the last prefill iteration's latency, or when nothing runs. Requests that arrive
-   close together are admitted together rather than each in its own iteration; each
-   newcomer's first token comes later. ``f = 0`` admits at every iteration.
+   ``f`` x the last prefill iteration's latency, or when nothing runs. Newcomers then
+   arrive in bursts of consecutive prefill iterations instead of one spread among every few
+   decode iterations; while they are held the batch runs fewer rows. Each newcomer's first
+   token comes later (and its slot idles meanwhile). ``f = 0`` admits at every iteration.
 
 The budget is the knob that trades time to first token against inter-token latency: a
 small budget bounds how much prefill work lands between two tokens of a running stream; a
