@@ -79,6 +79,7 @@ def run_serve(args: argparse.Namespace) -> int:
                     args.threads or 1,
                     max_num_seqs=args.max_num_seqs,
                     max_num_batched_tokens=args.max_num_batched_tokens,
+                    admission_delay_factor=args.admission_delay_factor,
                 )  # fmt: skip
                 for f in gpt_folders
             ]
@@ -137,6 +138,13 @@ def _add_serve(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         help="tokens per engine step, decodes first then prefill chunks: smaller keeps "
         "inter-token latency flat, larger gives a faster first token",
+    )
+    scheduler.add_argument(
+        "--admission-delay-factor",
+        type=float,
+        help="admit new requests once the oldest has waited this many last-prefill latencies "
+        "(0: at every step): larger batches admissions, fewer prefill stalls for running "
+        "streams, a later first token",
     )
     serve.add_argument("--max-request-bytes", type=int, default=4 * 1024 * 1024)
     serve.add_argument("--graceful-timeout", type=float, default=60.0, help="seconds")

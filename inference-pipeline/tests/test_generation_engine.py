@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import numpy as np
@@ -150,6 +151,74 @@ def test_overlapped_prefill_gives_the_serial_engines_tokens(model: GPT, temperat
     assert len(on_worker.threads) == len(on_engine.threads)
 
 
+class FakeClock:
+    """The scheduler's clock, moved by hand: the admission delay is tested by order, not time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def delayed_engine(step, factor: float, **knobs) -> tuple[ContinuousBatchingEngine, FakeClock]:
+    engine = ContinuousBatchingEngine(step, admission_delay_factor=factor, **knobs)
+    clock = engine.scheduler.clock = FakeClock()
+    return engine, clock
+
+
+def test_admission_delay_holds_newcomers_until_the_oldest_has_waited(model: GPT) -> None:
+    """Factor 2: a request arriving while another runs waits until the oldest waiting one has
+    waited 2 x the last prefill iteration's latency; then every waiting one is admitted in the
+    same iteration, one padded prefill pass; outputs equal the oracle's."""
+    engine, clock = delayed_engine(
+        TorchStep(model), 2.0, max_num_seqs=4, max_num_batched_tokens=40, block_size=4
+    )
+    first = engine.submit(GenerationRequest(PROMPTS[0], 20))
+    engine.step()  # nothing runs: admitted at once, whatever the factor
+    assert [s.handle for s in engine.running] == [first]
+    clock.now = 1.0
+    engine.step()  # the prefill iteration took 1.0 on the fake clock
+    assert engine.scheduler.last_prefill_latency == 1.0
+    b = engine.submit(GenerationRequest(PROMPTS[1], 20))  # queued at 1.0
+    for now in (1.5, 2.9):
+        clock.now = now
+        decoded = len(first.tokens)
+        engine.step()
+        assert b.admitted_at is None and len(engine.running) == 1  # waited < 2 x 1.0
+        assert len(first.tokens) == decoded + 1  # the running stream is not held
+    assert engine.scheduler.stats.held_admissions == 2
+    c = engine.submit(GenerationRequest(PROMPTS[3], 20))  # queued at 2.9
+    clock.now = 3.0  # b has waited 2.0: both are admitted, sharing one prefill pass
+    passes = engine.stats.prefill_passes
+    engine.step()
+    assert [s.handle for s in engine.running] == [first, b, c]
+    assert engine.stats.prefill_passes == passes + 1
+    assert all(engine.cache.lengths[h.id] > 0 for h in (b, c))
+    while engine.step():
+        clock.now += 1.0
+        engine.cache.check()
+    assert [h.tokens for h in (first, b, c)] == [
+        greedy_no_cache(model, p, 20) for p in (PROMPTS[0], PROMPTS[1], PROMPTS[3])
+    ]
+    assert engine.cache.free_blocks == engine.cache.num_blocks
+
+
+def test_admission_delay_zero_admits_at_every_iteration() -> None:
+    engine, clock = delayed_engine(
+        CountingStep(), 0.0, max_num_seqs=3, max_num_batched_tokens=24, block_size=4
+    )
+    first = engine.submit(GenerationRequest(b"a", 10))
+    engine.step()
+    clock.now = 1.0
+    engine.step()
+    second = engine.submit(GenerationRequest(b"b", 10))
+    engine.step()  # no time passed, a slot still free for another: admitted anyway
+    assert [s.handle for s in engine.running] == [first, second]
+    with pytest.raises(ValueError, match="admission_delay_factor"):
+        ContinuousBatchingEngine(CountingStep(), admission_delay_factor=-1.0)
+
+
 def test_static_batching_gives_the_same_greedy_tokens(model: GPT) -> None:
     engine = StaticBatchingEngine(TorchStep(model), batch_size=4, max_wait_s=0)
     lengths = [5, 20, 1, 12]
@@ -190,18 +259,25 @@ def counted(prompt: bytes, count: int) -> list[int]:
     return [(prompt[-1] + 1 + i) % 256 for i in range(count)]
 
 
-@pytest.mark.parametrize("overlap", [True, False], ids=["overlapped", "serial"])
-def test_block_accounting_never_leaks_over_1000_random_requests(overlap: bool) -> None:
+@pytest.mark.parametrize(
+    ("overlap", "delay"), [(True, 0.0), (False, 0.0), (True, 3.0)],
+    ids=["overlapped", "serial", "admission-delayed"],
+)  # fmt: skip
+def test_block_accounting_never_leaks_over_1000_random_requests(
+    overlap: bool, delay: float
+) -> None:
     """Random prompts (many sharing prefixes), lengths, stop sequences and cancellations on a
     pool too small for the running batch: blocks are preempted, shared and evicted, and
-    ``check()`` holds after every step; every answer is the one it gets alone. Both with the
-    prefill pass overlapped with the decode passes (the default) and with every pass serial."""
+    ``check()`` holds after every step; every answer is the one it gets alone. With the
+    prefill pass overlapped with the decode passes (the default), with every pass serial, and
+    with admissions delayed (on a fake clock that moves one unit per reading)."""
     rng = np.random.default_rng(0)
     prefixes = [bytes(rng.integers(97, 123, size=12).tolist()) for _ in range(4)]
     engine = ContinuousBatchingEngine(
         CountingStep(), max_num_seqs=8, max_num_batched_tokens=24, num_blocks=24, block_size=4,
-        overlap_prefill=overlap,
+        overlap_prefill=overlap, admission_delay_factor=delay,
     )  # fmt: skip
+    engine.scheduler.clock = itertools.count().__next__  # one unit per reading
     handles = []
     for _ in range(1000):
         tail = bytes(rng.integers(97, 123, size=int(rng.integers(1, 18))).tolist())
@@ -219,6 +295,7 @@ def test_block_accounting_never_leaks_over_1000_random_requests(overlap: bool) -
     assert engine.cache.free_blocks == engine.cache.num_blocks and not engine.cache.tables
     stats = engine.scheduler.stats
     assert stats.preemptions > 0 and stats.prefix_hit_tokens > 0 and engine.cache.evictions > 0
+    assert (stats.held_admissions > 0) == (delay > 0)
     reasons = {h.finish_reason for h in handles}
     assert all(h.done for h in handles) and reasons <= {"length", "stop", "cancelled"}
     assert {"length", "stop", "cancelled"} <= reasons

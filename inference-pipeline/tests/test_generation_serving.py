@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import shutil
 import signal
 import threading
 import time
@@ -399,21 +400,41 @@ def test_openai_queue_full_is_429_with_retry_after(gated_server):
         assert response.status == 200 and response.read().endswith(b"data: [DONE]\n\n")
 
 
-def test_scheduler_knobs_come_from_the_folder_and_the_command_line(capsys) -> None:
+def test_scheduler_knobs_come_from_the_folder_and_the_command_line(capsys, tmp_path) -> None:
     from inference_pipeline.__main__ import main
-    from inference_pipeline.generation.engine import DEFAULT_MAX_NUM_BATCHED_TOKENS
+    from inference_pipeline.generation.engine import (
+        DEFAULT_ADMISSION_DELAY_FACTOR,
+        DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    )
 
     repo = tiny_repository_with_gpt()
     folder = generation_folders(repo)[0]
     configured = load_generation_service(folder).engine.scheduler
     assert configured.max_num_seqs == 4  # the folder's max_batch_size
     assert configured.max_num_batched_tokens == DEFAULT_MAX_NUM_BATCHED_TOKENS
-    flags = load_generation_service(folder, max_num_seqs=3, max_num_batched_tokens=40)
-    assert (flags.engine.scheduler.max_num_seqs, flags.engine.scheduler.max_num_batched_tokens) == (
+    assert configured.admission_delay_factor == DEFAULT_ADMISSION_DELAY_FACTOR
+    flags = load_generation_service(
+        folder, max_num_seqs=3, max_num_batched_tokens=40, admission_delay_factor=2.5
+    ).engine.scheduler
+    assert (flags.max_num_seqs, flags.max_num_batched_tokens, flags.admission_delay_factor) == (
         3,
         40,
+        2.5,
     )
+    # the folder's own value is read (a copy of the folder with the factor at 1.5)
+    config = folder / "config.pbtxt"
+    text = config.read_text()
+    assert f'string_value: "{float(DEFAULT_ADMISSION_DELAY_FACTOR)!r}"' in text
+    delayed = tmp_path / "delayed"
+    shutil.copytree(folder, delayed)
+    (delayed / "config.pbtxt").write_text(
+        text.replace(f'"{float(DEFAULT_ADMISSION_DELAY_FACTOR)!r}"', '"1.5"')
+    )
+    assert load_generation_service(delayed).engine.scheduler.admission_delay_factor == 1.5
     # a budget below the running cap cannot fit every decode: one line, exit 2, no server
     assert main(["serve", str(repo), "--max-num-seqs", "8", "--max-num-batched-tokens", "4"]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "max_num_batched_tokens >= max_num_seqs" in errors[0]
+    assert main(["serve", str(repo), "--admission-delay-factor", "-1"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "admission_delay_factor >= 0" in errors[0]

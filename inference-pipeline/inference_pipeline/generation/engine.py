@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 # Tokens per iteration (decodes + prefill chunks): chosen by measurement, see GENERATION.md.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 48
+# Admission delay, in last-prefill latencies (0: admit at every iteration): see GENERATION.md.
+DEFAULT_ADMISSION_DELAY_FACTOR = 0.0
 
 
 class QueueFull(RuntimeError):
@@ -149,6 +151,7 @@ class ContinuousBatchingEngine(_Engine):
         reserve_up_front: bool = False,
         short_width: int | None = None,
         overlap_prefill: bool = True,
+        admission_delay_factor: float = DEFAULT_ADMISSION_DELAY_FACTOR,
     ) -> None:
         super().__init__(step, max_queue)
         per_sequence = -(-self.config.max_positions // block_size)
@@ -159,8 +162,9 @@ class ContinuousBatchingEngine(_Engine):
             prefix_caching=prefix_caching and not reserve_up_front,
         )
         self.scheduler = TokenBudgetScheduler(
-            self.cache, self._lock, max_num_seqs, max_num_batched_tokens, reserve_up_front
-        )
+            self.cache, self._lock, max_num_seqs, max_num_batched_tokens, reserve_up_front,
+            admission_delay_factor,
+        )  # fmt: skip
         self._waiting = self.scheduler.waiting  # submit() appends, the scheduler pops
         # The blocks are the source of truth (prefix sharing, preemption); the step graph reads
         # a dense past, kept here, one row per running sequence, appended to in place. A
@@ -198,7 +202,7 @@ class ContinuousBatchingEngine(_Engine):
             )
 
     def _enqueue(self, handle: RequestHandle) -> None:
-        self._waiting.append(SequenceState(handle))
+        self.scheduler.enqueue(handle)
 
     def has_work(self) -> bool:
         return bool(self.running or self.queue_depth())

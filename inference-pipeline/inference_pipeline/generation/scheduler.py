@@ -13,6 +13,12 @@ Policy (vLLM's, with chunked prefill), one call per iteration:
    first served while fewer than ``max_num_seqs`` run and blocks allow. A new sequence starts
    on the longest cached prefix of its tokens (prefix caching) and prefills only the rest.
    No admission happens in an iteration that preempted (it would take the blocks back).
+3. **Admission delay** (vLLM's ``scheduler_delay_factor``): with ``admission_delay_factor``
+   ``f > 0`` new requests are admitted only when the oldest one waiting has waited at least
+   ``f`` x the last prefill iteration's latency, or when nothing runs. Newcomers then
+   arrive in bursts of consecutive prefill iterations instead of one spread among every few
+   decode iterations; while they are held the batch runs fewer rows. Each newcomer's first
+   token comes later (and its slot idles meanwhile). ``f = 0`` admits at every iteration.
 
 The budget is the knob that trades time to first token against inter-token latency: a
 small budget bounds how much prefill work lands between two tokens of a running stream; a
@@ -30,6 +36,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from inference_pipeline.generation.paged_cache import PagedKVCache
@@ -43,10 +50,11 @@ WATERMARK_SHARE = 0.01
 class SequenceState:
     """A request inside the continuous engine: its tokens so far and its place in the cache."""
 
-    def __init__(self, handle: RequestHandle) -> None:
+    def __init__(self, handle: RequestHandle, queued_at: float) -> None:
         self.handle = handle
         self.id = handle.id
         self.admitted = 0  # admission order (higher = more recent); 0 while waiting
+        self.queued_at = queued_at  # the scheduler's clock at submit (kept when preempted)
 
     def known(self) -> list[int]:
         """Every token of the sequence: the prompt, then what it generated."""
@@ -71,6 +79,7 @@ class SchedulerStats:
     prefix_queried_tokens: int = 0  # prompt tokens looked up in the prefix cache
     prefix_hit_tokens: int = 0  # of which served from cached blocks
     peak_running: int = 0
+    held_admissions: int = 0  # iterations whose waiting requests the admission delay held
 
 
 class TokenBudgetScheduler:
@@ -81,17 +90,27 @@ class TokenBudgetScheduler:
         max_num_seqs: int = 16,
         max_num_batched_tokens: int = 64,
         reserve_up_front: bool = False,
+        admission_delay_factor: float = 0.0,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if max_num_seqs < 1 or max_num_batched_tokens < max_num_seqs:
             raise ValueError(
                 f"need max_num_seqs >= 1 and max_num_batched_tokens >= max_num_seqs (every "
                 f"running decode fits one step), got {max_num_seqs}, {max_num_batched_tokens}"
             )
+        if not admission_delay_factor >= 0:  # also refuses NaN
+            raise ValueError(f"need admission_delay_factor >= 0, got {admission_delay_factor}")
         self.cache = cache
         self.lock = lock  # guards ``waiting`` (submit runs on other threads)
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.reserve_up_front = reserve_up_front
+        self.admission_delay_factor = admission_delay_factor
+        self.clock = clock  # seconds; the admission delay's time base
+        # The latency of the last iteration that carried a prefill chunk: from the schedule()
+        # call that planned it to the next one (vLLM's "previous prompt latency").
+        self.last_prefill_latency = 0.0
+        self._prefill_planned_at: float | None = None
         self.waiting: collections.deque[SequenceState] = collections.deque()
         self.running: list[SequenceState] = []  # admission order, oldest first
         self.stats = SchedulerStats()
@@ -99,6 +118,10 @@ class TokenBudgetScheduler:
         self._watermark = int(WATERMARK_SHARE * cache.num_blocks)
 
     # ---- state ----------------------------------------------------------------------------
+    def enqueue(self, handle: RequestHandle) -> None:
+        """A submitted request joins the back of the waiting queue (the caller holds ``lock``)."""
+        self.waiting.append(SequenceState(handle, self.clock()))
+
     def computed(self, seq: SequenceState) -> int:
         return self.cache.lengths.get(seq.id, 0)
 
@@ -116,6 +139,9 @@ class TokenBudgetScheduler:
 
     # ---- the policy -----------------------------------------------------------------------
     def schedule(self) -> Plan:
+        now = self.clock()
+        if self._prefill_planned_at is not None:
+            self.last_prefill_latency = now - self._prefill_planned_at
         plan = Plan()
         for seq in list(self.running):
             if seq in plan.preempted or not self.decoding(seq):
@@ -134,11 +160,29 @@ class TokenBudgetScheduler:
             if count:
                 plan.prefill.append((seq, count))
         if not plan.preempted:
-            self._admit(plan, budget)
+            if self.admission_due(now):
+                self._admit(plan, budget)
+            else:
+                self.stats.held_admissions += 1
         if not plan and self.running:  # every running prefill is out of blocks: free some
             self._preempt(self.running[-1], plan)
         self.stats.peak_running = max(self.stats.peak_running, len(self.running))
+        self._prefill_planned_at = now if plan.prefill else None
         return plan
+
+    def admission_due(self, now: float) -> bool:
+        """Whether waiting requests may be admitted at ``now``: always when the delay factor is
+        0; otherwise once nothing runs or once the oldest has waited ``factor`` x the last
+        prefill iteration's latency. (Not as soon as the waiting requests fill the free slots:
+        under a closed loop at full concurrency each finished stream's slot is refilled by
+        one newcomer, which that rule would admit alone, at once, every time.)"""
+        if self.admission_delay_factor == 0 or not self.running:
+            return True
+        with self.lock:
+            if not self.waiting:
+                return True  # nothing to hold
+            oldest = min(seq.queued_at for seq in self.waiting)
+        return now - oldest >= self.admission_delay_factor * self.last_prefill_latency
 
     @staticmethod
     def room(plan: Plan, budget: int) -> int:

@@ -7,6 +7,8 @@
                    { max_queue_size } }, parameters: gpt_config (JSON of GPTConfig),
                    block_size, num_blocks (0: room for max_num_seqs full-context sequences),
                    max_num_batched_tokens (the scheduler's per-step token budget),
+                   admission_delay_factor (new requests wait until the oldest has waited
+                   this many last-prefill latencies; 0: admitted at every iteration),
                    prefix_caching ("true"/"false")
   1/model.onnx     the explicit-KV-cache graph (export-gpt)
 ```
@@ -24,6 +26,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from inference_pipeline.generation.engine import (
+    DEFAULT_ADMISSION_DELAY_FACTOR,
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     ContinuousBatchingEngine,
 )
@@ -50,6 +53,7 @@ def write_generation_folder(
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
     num_blocks: int = 0,
     prefix_caching: bool = True,
+    admission_delay_factor: float = DEFAULT_ADMISSION_DELAY_FACTOR,
 ) -> Path:
     """Write ``repository/name`` (config.pbtxt + 1/model.onnx, copied); returns the folder."""
     folder = Path(repository) / name
@@ -64,6 +68,7 @@ def write_generation_folder(
         "block_size": str(block_size),
         "num_blocks": str(num_blocks),
         "max_num_batched_tokens": str(max_num_batched_tokens),
+        "admission_delay_factor": repr(float(admission_delay_factor)),
         "prefix_caching": "true" if prefix_caching else "false",
     }
     for key, value in params.items():
@@ -78,6 +83,7 @@ def load_generation_service(
     max_num_seqs: int | None = None,
     max_queue: int | None = None,
     max_num_batched_tokens: int | None = None,
+    admission_delay_factor: float | None = None,
 ) -> GenerationService:
     """The folder's graph on ONNX Runtime behind a continuous-batching engine (not started);
     the keyword arguments override the folder's config (the command line's flags)."""
@@ -92,6 +98,7 @@ def load_generation_service(
         block_size = int(params.get("block_size", "16"))
         num_blocks = int(params.get("num_blocks", "0"))
         budget = int(params.get("max_num_batched_tokens", DEFAULT_MAX_NUM_BATCHED_TOKENS))
+        delay = float(params.get("admission_delay_factor", DEFAULT_ADMISSION_DELAY_FACTOR))
         caching = params.get("prefix_caching", "true")
         if caching not in ("true", "false"):
             raise ValueError(f"prefix_caching must be true or false, got {caching!r}")
@@ -111,7 +118,9 @@ def load_generation_service(
             block_size=block_size,
             max_queue=max_queue or queue_size,
             prefix_caching=caching == "true",
-        )
+            admission_delay_factor=delay if admission_delay_factor is None
+            else admission_delay_factor,
+        )  # fmt: skip
     except Exception as exc:  # a graph ONNX Runtime refuses, a bad batch setting
         raise GenerationFolderError(f"{folder}: cannot load ({exc})") from None
     return GenerationService(engine, proto.name or folder.name)
