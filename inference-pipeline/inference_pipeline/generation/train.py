@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from phase01_common.cache import cache_root
 from phase01_common.locks import exclusive
 
 from inference_pipeline.generation.model import GPT, GPTConfig
@@ -63,9 +63,9 @@ class TrainSettings:
 
 
 def cache_dir() -> Path:
-    """Checkpoints live outside the repository (``INFERENCE_PIPELINE_CACHE`` overrides)."""
-    default = Path.home() / ".cache" / "inference_pipeline"
-    return Path(os.environ.get("INFERENCE_PIPELINE_CACHE", default))
+    """Checkpoints live outside the repository, in the project's cache root
+    (``phase01_common.cache``; ``INFERENCE_PIPELINE_CACHE`` moves it)."""
+    return cache_root()
 
 
 def checkpoint_path(config: GPTConfig, settings: TrainSettings) -> Path:
