@@ -9,7 +9,7 @@ import onnx
 import pytest
 from inference_pipeline import quantize
 from inference_pipeline.export import check_io_contract
-from inference_pipeline_harness.scenarios import gate_onnx, quick_artifacts
+from inference_pipeline_harness.scenarios import gate_onnx, quick_artifacts, quick_graph
 
 
 @pytest.fixture(scope="session")
@@ -27,12 +27,14 @@ def _values(report) -> dict[str, float]:
 
 @pytest.fixture(scope="session")
 def dynamic(art):
-    return {
-        per_channel: quantize.quantize_int8_dynamic(
-            art.exports["torchscript"], art.folder / f"dyn_{per_channel}.onnx", per_channel
-        )
-        for per_channel in (True, False)
-    }
+    """Per-channel: the quick build's int8_dynamic graph (that row is per-channel, nothing kept
+    FP32); per-tensor, its fallback, quantized here from the same export."""
+    assert quantize.recipe("int8_dynamic").per_channel
+    assert quantize.recipe("int8_dynamic").keep_fp32 is None
+    per_tensor = quantize.quantize_int8_dynamic(
+        art.exports["torchscript"], art.folder / "dyn_per_tensor.onnx", per_channel=False
+    )
+    return {True: quick_graph("int8_dynamic"), False: per_tensor}
 
 
 def test_dynamic_int8_quantizes_every_weight_matmul(art, dynamic):
