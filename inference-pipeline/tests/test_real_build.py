@@ -14,7 +14,7 @@ from inference_pipeline.model import torch_outputs
 from inference_pipeline.pipeline import default_models, gate_repository
 from inference_pipeline.quantize import primary_recipes, recipe
 from inference_pipeline.runtime import backend_runner, make_session, session_runner
-from inference_pipeline.serving.models import load_repository
+from inference_pipeline.serving.models import load_model, repository_folders
 from inference_pipeline.tokenization import TextTokenizer
 from inference_pipeline_harness.scenarios import zero_weight
 from inference_pipeline_harness.serving_fixtures import (
@@ -141,13 +141,19 @@ def test_served_minilm_answers_equal_pytorch_over_http(quick_build, quick_traine
     expected = [torch_outputs(eager, tokenizer.encode([t])) for t in texts]
     want = np.concatenate([e[0] for e in expected])
     want_embedding = np.concatenate([e[1] for e in expected])
-    models = load_repository(repo, threads=1)
+    folders, _ = repository_folders(repo)  # what `serve` loads from the repository
     promoted = {v.name: v for v in quick_build.variants if v.promoted}
-    assert {m.name for m in models} == set(promoted)
+    assert {folder.name for folder, _ in folders} == set(promoted)
     kinds = served_kinds(quick_build.variants)
     assert {precision for _, precision, _ in kinds} >= {"fp32", "int8"}
+    models = [
+        load_model(folder, threads=1, proto=config)
+        for folder, config in folders
+        if folder.name in kinds.values()
+    ]
+    assert len(models) == len(kinds)
     with threaded_server(models) as (url, _), ThreadPoolExecutor(8) as pool:
-        for model in (m for m in models if m.name in kinds.values()):
+        for model in models:
             variant = promoted[model.name]
             precision = variant.precision
             if precision in ("int8", "bf16"):
