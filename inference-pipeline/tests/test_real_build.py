@@ -185,16 +185,17 @@ def test_served_minilm_answers_equal_pytorch_over_http(quick_build, quick_traine
             )
 
 
-def test_sigterm_under_load_on_the_minilm_repository_loses_no_accepted_request(
+def test_sigterm_under_load_on_a_minilm_model_of_the_quick_build_loses_no_accepted_request(
     quick_build, quick_trained
 ) -> None:
+    # `serve` on one model folder of the repository (the others would only add loading time)
     name = next(v.name for v in quick_build.variants if v.promoted and v.precision == "fp32")
     texts = sample_texts(8, seed=12)
     tokenizer = TextTokenizer.from_checkpoint()
     eager = quick_trained.classifier("sdpa")
     flags = ["--max-queue-delay-us", "30000000", "--preferred-batch-size", "32"]
     flags += ["--max-batch-size", "32", "--threads", "1"]
-    with server_process(quick_build.repository, *flags) as (url, process):
+    with server_process(quick_build.repository / name, *flags) as (url, process):
         drain = sigterm_under_load(
             url, process, name, texts, texts[:1], loaders=2, load_requests=50, timeout_s=120
         )
