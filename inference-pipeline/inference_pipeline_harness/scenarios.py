@@ -1,10 +1,13 @@
-"""Shared by the offline tests, demo and report: one small set of real artifacts per process.
+"""Shared by the offline tests: one small set of real artifacts per process.
 
-``quick_artifacts()`` loads (or trains once, ~30 s, then cached) the quick MiniLM model,
-exports it by both routes and computes the PyTorch reference on a small gate set; every test
-file reuses the same objects, so the expensive steps run once per pytest session. Broken
-models for the gate tests are made by editing a copy of the exported graph
-(:func:`zero_weight`, :func:`ignore_attention_mask`, :func:`produce_nan`).
+``quick_build()`` is the quick build (``pipeline.build_cached(QUICK_BUILD)``: read back from
+the on-disk cache, built once per settings and code). ``quick_artifacts()`` loads the quick
+MiniLM model, takes its two FP32 exports from that build's repository instead of exporting
+again (:func:`quick_graph` gives any other promoted graph of it) and computes the PyTorch
+reference on a small gate set; every test file reuses the same objects, so the expensive
+steps run once per pytest session. Broken models for the gate tests are made by editing a
+copy of an exported graph (:func:`zero_weight`, :func:`ignore_attention_mask`,
+:func:`produce_nan`).
 """
 
 from __future__ import annotations
@@ -21,34 +24,50 @@ import onnx
 from onnx import helper, numpy_helper
 
 
+@functools.cache
+def quick_build():
+    """The quick build's ``BuildResult`` (one per process; the build itself once per cache)."""
+    from inference_pipeline.pipeline import QUICK_BUILD, build_cached
+
+    return build_cached(QUICK_BUILD, progress=lambda _: None)
+
+
+def quick_graph(recipe_name: str) -> Path:
+    """The quick build's graph of the recipe row ``recipe_name``, in its repository (read-only:
+    a test editing it works on a copy). Only promoted variants are in the repository."""
+    from inference_pipeline.pipeline import variant_name
+    from inference_pipeline.quantize import recipe
+
+    name = variant_name(recipe(recipe_name))
+    path = quick_build().repository / name / "1" / "model.onnx"
+    if not path.is_file():
+        raise FileNotFoundError(f"the quick build did not promote {name}: no {path}")
+    return path
+
+
 @dataclass
 class QuickArtifacts:
     folder: Path  # temporary, removed at exit
     trained: object  # inference_pipeline.model.TrainedModel
     tokenizer: object  # TextTokenizer
-    exports: dict[str, Path]  # route -> plain FP32 export
+    exports: dict[str, Path]  # route -> plain FP32 export (the quick build's, read-only)
     gate_set: object  # GateSet
     reference: object  # Evaluation of PyTorch FP32 (SDPA) on gate_set
 
 
 @functools.cache
 def quick_artifacts() -> QuickArtifacts:
-    from inference_pipeline import export
     from inference_pipeline.gates import build_gate_set, evaluate
     from inference_pipeline.model import load_or_train, torch_outputs
     from inference_pipeline.pipeline import QUICK_BUILD
+    from inference_pipeline.quantize import RECIPES
     from inference_pipeline.tokenization import TextTokenizer
 
     folder = Path(tempfile.mkdtemp(prefix="inference_pipeline_test_"))
     atexit.register(shutil.rmtree, folder, True)
+    exports = {row.route: quick_graph(row.name) for row in RECIPES if row.method == "export"}
     trained = load_or_train(QUICK_BUILD.train, progress=lambda _: None)
     tokenizer = TextTokenizer.from_checkpoint()
-    classifier = trained.classifier("eager")
-    example = export.example_inputs(tokenizer)
-    exports = {
-        route: export.export_onnx(classifier, route, example, folder / f"{route}.onnx").path
-        for route in export.ROUTES
-    }
     gate_set = build_gate_set(tokenizer, dev_per_label=2, ladder_per_length=1)
     eager = trained.classifier("sdpa")
     reference = evaluate(lambda batch: torch_outputs(eager, batch), tokenizer, gate_set)

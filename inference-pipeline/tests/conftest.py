@@ -1,9 +1,11 @@
 """Real artifacts shared by the whole pytest run (and by later runs: both live in the on-disk
 cache, keyed by settings and code, so a second session reads them back).
 
-- ``quick_build``: ``pipeline.build_cached(QUICK_BUILD)``: a real fine-tune at quick settings,
-  both exports, fusion, INT8 dynamic and static quantization, FP16, every gate, the written
-  repository. ``tools/run_demo.py --quick`` (the report test) reads the same cached build.
+- ``quick_build``: ``pipeline.build_cached(QUICK_BUILD)`` (``scenarios.quick_build``, one per
+  process): a real fine-tune at quick settings, both exports, fusion, INT8 dynamic, static
+  and NNCF quantization, FP16, every gate, the written repository. The offline tests'
+  ``scenarios.quick_artifacts`` takes its exports from it, and ``tools/run_demo.py --quick``
+  (the report test) reads the same cached build.
 - ``quick_gpt``: the byte-level GPT trained for ``QUICK_GPT_STEPS`` steps and exported (FP32
   and its real INT8 graph).
 """
@@ -18,9 +20,9 @@ QUICK_GPT_STEPS = 300
 
 @pytest.fixture(scope="session")
 def quick_build():
-    from inference_pipeline.pipeline import QUICK_BUILD, build_cached
+    from inference_pipeline_harness.scenarios import quick_build
 
-    return build_cached(QUICK_BUILD, progress=lambda _: None)
+    return quick_build()
 
 
 @pytest.fixture(scope="session")

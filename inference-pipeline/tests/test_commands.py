@@ -1,15 +1,20 @@
 """The happy path of every command, run once on real artifacts, its output asserted: `build
---quick`, `gate`, `bench --quick`, `train-gpt` at a tiny step budget, `export-gpt`,
-`gate-gpt`, `generate` (bad input for each is tested beside its module)."""
+--quick` (compared with the session's cached quick build), `gate` and `bench --quick` on the
+repository that `build` wrote, `train-gpt` at a tiny step budget, `export-gpt`, `gate-gpt`,
+`generate` (bad input for each is tested beside its module)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+from pathlib import Path
 
 import pytest
 from inference_pipeline import repository
 from inference_pipeline.__main__ import main
 from inference_pipeline.generation.model import greedy_no_cache
+from inference_pipeline.pipeline import result_from_repository
 from inference_pipeline_harness.serving_fixtures import one_torch_thread
 
 
@@ -24,13 +29,23 @@ def one_thread():
 COMMAND_RECIPES = ("int8_dynamic", "ov_int8_nncf")
 
 
+@pytest.fixture(scope="module")
+def command_build(tmp_path_factory) -> tuple[int, str, Path]:
+    """`build --quick` of :data:`COMMAND_RECIPES`, run once: (exit status, stdout, its
+    model repository). `gate` and `bench` then run on what it wrote, as a user chains them."""
+    out = tmp_path_factory.mktemp("command_build")
+    argv = ["build", "--quick", "--out", str(out), "--threads", "2"]
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        status = main([*argv, "--recipes", ",".join(COMMAND_RECIPES)])
+    return status, stdout.getvalue(), out / "model_repository"
+
+
 def test_build_quick_writes_the_same_variants_as_the_cached_quick_build(
-    quick_build, tmp_path, capsys
+    quick_build, command_build
 ) -> None:
-    argv = ["build", "--quick", "--out", str(tmp_path), "--threads", "2"]
-    assert main([*argv, "--recipes", ",".join(COMMAND_RECIPES)]) == 0
-    out = capsys.readouterr().out
-    repo = tmp_path / "model_repository"
+    status, out, repo = command_build
+    assert status == 0
     assert f"model repository: {repo}" in out
     fresh, cached = repository.read_manifest(repo), repository.read_manifest(quick_build.repository)
     made = [e["name"] for e in fresh["variants"]]
@@ -63,19 +78,22 @@ def test_build_refuses_an_unknown_recipe_in_one_line(tmp_path, capsys) -> None:
     assert not (tmp_path / "out").exists()  # refused before any work
 
 
-def test_gate_re_runs_every_gate_of_the_quick_build(quick_build, capsys) -> None:
-    assert main(["gate", str(quick_build.repository), "--threads", "1"]) == 0
-    promoted = sum(v.promoted for v in quick_build.variants)
+def test_gate_re_runs_every_gate_of_the_built_repository(command_build, capsys) -> None:
+    _, _, repo = command_build
+    assert main(["gate", str(repo), "--threads", "1"]) == 0
+    promoted = sum(e["promoted"] for e in repository.read_manifest(repo)["variants"])
     out = capsys.readouterr().out
+    assert promoted >= len(COMMAND_RECIPES) + 1
     assert f"{promoted}/{promoted} promoted variants pass every gate" in out
 
 
-def test_bench_quick_times_every_promoted_variant(quick_build, tmp_path, capsys) -> None:
+def test_bench_quick_times_every_promoted_variant(command_build, tmp_path, capsys) -> None:
+    _, _, repo = command_build
     png = tmp_path / "bench.png"
-    argv = ["bench", str(quick_build.repository), "--quick", "--threads", "1", "--plot", str(png)]
+    argv = ["bench", str(repo), "--quick", "--threads", "1", "--plot", str(png)]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    for variant in quick_build.variants:
+    for variant in result_from_repository(repo).variants:
         if variant.promoted and variant.recipe.timed_on_cpu:
             assert variant.name in out, variant.name
     assert png.stat().st_size > 10_000

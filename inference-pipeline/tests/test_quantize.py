@@ -9,7 +9,7 @@ import onnx
 import pytest
 from inference_pipeline import quantize
 from inference_pipeline.export import check_io_contract
-from inference_pipeline_harness.scenarios import gate_onnx, quick_artifacts
+from inference_pipeline_harness.scenarios import gate_onnx, quick_artifacts, quick_graph
 
 
 @pytest.fixture(scope="session")
@@ -27,12 +27,14 @@ def _values(report) -> dict[str, float]:
 
 @pytest.fixture(scope="session")
 def dynamic(art):
-    return {
-        per_channel: quantize.quantize_int8_dynamic(
-            art.exports["torchscript"], art.folder / f"dyn_{per_channel}.onnx", per_channel
-        )
-        for per_channel in (True, False)
-    }
+    """Per-channel: the quick build's int8_dynamic graph (that row is per-channel, nothing kept
+    FP32); per-tensor, its fallback, quantized here from the same export."""
+    assert quantize.recipe("int8_dynamic").per_channel
+    assert quantize.recipe("int8_dynamic").keep_fp32 is None
+    per_tensor = quantize.quantize_int8_dynamic(
+        art.exports["torchscript"], art.folder / "dyn_per_tensor.onnx", per_channel=False
+    )
+    return {True: quick_graph("int8_dynamic"), False: per_tensor}
 
 
 def test_dynamic_int8_quantizes_every_weight_matmul(art, dynamic):
@@ -70,10 +72,8 @@ def test_static_qdq_is_calibrated_on_training_texts(art):
     reader = quantize.TextCalibrationReader(art.tokenizer, texts, batch_size=2)
     batches = [reader.get_next() for _ in range(3)]
     assert batches[2] is None and batches[0]["input_ids"].shape[0] == 2
-    row = quantize.recipe("int8_static")  # the build's recipe row, through its method
-    path = quantize.METHODS[row.method](
-        row, art.exports["torchscript"], art.folder / "static.onnx", art.tokenizer, texts
-    )
+    # the quick build's graph of the row, calibrated through that reader on training texts
+    path = quick_graph("int8_static")
     # Every weight MatMul reads dequantized INT8 inputs, except the 6 feed-forward output
     # projections, which stay FP32 (their GELU-output range ruins a MinMax scale).
     model = onnx.load(str(path))

@@ -14,7 +14,7 @@ from inference_pipeline.model import torch_outputs
 from inference_pipeline.pipeline import default_models, gate_repository
 from inference_pipeline.quantize import primary_recipes, recipe
 from inference_pipeline.runtime import backend_runner, make_session, session_runner
-from inference_pipeline.serving.models import load_repository
+from inference_pipeline.serving.models import load_model, repository_folders
 from inference_pipeline.tokenization import TextTokenizer
 from inference_pipeline_harness.scenarios import zero_weight
 from inference_pipeline_harness.serving_fixtures import (
@@ -120,9 +120,20 @@ LOGIT_LIMITS = {
 }
 
 
+def served_kinds(variants) -> dict[tuple, str]:
+    """The first promoted variant of each way of serving one: runtime, precision and shapes
+    (the server's path is the same for every variant of one kind; each variant's graph is
+    gated at build time and by the `gate` re-runs)."""
+    kinds: dict[tuple, str] = {}
+    for v in variants:
+        if v.promoted:
+            kinds.setdefault((v.runtime, v.precision, v.recipe.static_shapes), v.name)
+    return kinds
+
+
 def test_served_minilm_answers_equal_pytorch_over_http(quick_build, quick_trained) -> None:
     # the held-out texts the gates certified, one per request, each answer against PyTorch
-    # on that text alone
+    # on that text alone, for one variant of each kind
     repo = quick_build.repository
     texts = GateSet.load(repo / repository.GATE_SET).texts
     tokenizer = TextTokenizer.from_checkpoint()
@@ -130,9 +141,17 @@ def test_served_minilm_answers_equal_pytorch_over_http(quick_build, quick_traine
     expected = [torch_outputs(eager, tokenizer.encode([t])) for t in texts]
     want = np.concatenate([e[0] for e in expected])
     want_embedding = np.concatenate([e[1] for e in expected])
-    models = load_repository(repo, threads=1)
+    folders, _ = repository_folders(repo)  # what `serve` loads from the repository
     promoted = {v.name: v for v in quick_build.variants if v.promoted}
-    assert {m.name for m in models} == set(promoted)
+    assert {folder.name for folder, _ in folders} == set(promoted)
+    kinds = served_kinds(quick_build.variants)
+    assert {precision for _, precision, _ in kinds} >= {"fp32", "int8"}
+    models = [
+        load_model(folder, threads=1, proto=config)
+        for folder, config in folders
+        if folder.name in kinds.values()
+    ]
+    assert len(models) == len(kinds)
     with threaded_server(models) as (url, _), ThreadPoolExecutor(8) as pool:
         for model in models:
             variant = promoted[model.name]
@@ -166,16 +185,17 @@ def test_served_minilm_answers_equal_pytorch_over_http(quick_build, quick_traine
             )
 
 
-def test_sigterm_under_load_on_the_minilm_repository_loses_no_accepted_request(
+def test_sigterm_under_load_on_a_minilm_model_of_the_quick_build_loses_no_accepted_request(
     quick_build, quick_trained
 ) -> None:
+    # `serve` on one model folder of the repository (the others would only add loading time)
     name = next(v.name for v in quick_build.variants if v.promoted and v.precision == "fp32")
     texts = sample_texts(8, seed=12)
     tokenizer = TextTokenizer.from_checkpoint()
     eager = quick_trained.classifier("sdpa")
     flags = ["--max-queue-delay-us", "30000000", "--preferred-batch-size", "32"]
     flags += ["--max-batch-size", "32", "--threads", "1"]
-    with server_process(quick_build.repository, *flags) as (url, process):
+    with server_process(quick_build.repository / name, *flags) as (url, process):
         drain = sigterm_under_load(
             url, process, name, texts, texts[:1], loaders=2, load_requests=50, timeout_s=120
         )
