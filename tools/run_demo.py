@@ -134,8 +134,8 @@ def drop_third_party_noise() -> None:
 
 # What `make demo` costs on the 2-core machine (README: "How long it takes"): minutes with
 # every cache warm, and what a first run adds for each model it trains and caches.
-WARM_MINUTES = 4
-FIRST_RUN_MINUTES = {"build": 6, "gpt": 3}
+WARM_MINUTES = 3
+FIRST_RUN_MINUTES = {"build": 4, "gpt": 3}
 
 
 def cache_plan(keys: list[str], quick: bool) -> str:
