@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from inference_pipeline_harness.bench import format_table, plot, run_bench
+from inference_pipeline_harness.bench import QUICK_ITERATIONS, format_table, plot, run_bench
 
 BENCH_THREADS = 1
 
@@ -56,8 +56,8 @@ def fusion_rows(result) -> list[list[object]]:
 
 
 # Demo bench rounds (batch 8 gets a fifth of them, at least 3): enough for a stable p50
-# ranking; `make bench` runs 100.
-DEMO_ITERATIONS = {True: 15, False: 20}
+# ranking; the quick run is a smoke run like `bench --quick`; `make bench` runs 100.
+DEMO_ITERATIONS = {True: QUICK_ITERATIONS, False: 20}
 
 
 def run(

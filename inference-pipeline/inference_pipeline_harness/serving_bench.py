@@ -501,7 +501,7 @@ def build_subsection(out_dir: Path, quick: bool, repository: Path | None = None)
     """The serving part of the inference-pipeline report (a phase01_common Section).
 
     ``repository`` defaults to ${INFERENCE_PIPELINE_REPOSITORY}; the quick variant runs one
-    short round of 1.5-second windows without Ray (about 40 s), the full one is `make bench`.
+    short round of 1-second windows without Ray (about 35 s), the full one is `make bench`.
     """
     from inference_pipeline_harness.serving_report import section_from_results, write_outputs
 
@@ -513,7 +513,7 @@ def build_subsection(out_dir: Path, quick: bool, repository: Path | None = None)
 
 def bench_settings(quick: bool, ray: bool = True) -> BenchSettings:
     if quick:
-        return BenchSettings(quick=True, duration_s=1.5, rounds=1, sweep=(1, 4, 16), ray=False,
+        return BenchSettings(quick=True, duration_s=1.0, rounds=1, sweep=(1, 4, 16), ray=False,
                              texts=200, overhead_samples=100)  # fmt: skip
     return BenchSettings(quick=False, duration_s=6.0, rounds=3, sweep=(1, 2, 4, 8, 16, 32), ray=ray)
 
