@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,8 +26,7 @@ import numpy as np
 import torch
 from fundamentals import finetune
 from fundamentals.finetune import FineTuneConfig
-from phase01_common.cache import cache_root
-from phase01_common.locks import exclusive
+from phase01_common.cache import cache_root, fill_once
 from torch import nn
 
 from inference_pipeline.tokenization import TextTokenizer
@@ -129,36 +127,31 @@ def load_or_train(
     cache_dir: Path | None = None,
     progress: Progress = print,
 ) -> TrainedModel:
-    """The fine-tuned model for ``settings``: from the cache, or trained and cached."""
+    """The fine-tuned model for ``settings``: from the cache, or trained and cached
+    (``phase01_common.cache.fill_once``: a second process needing the same fine-tune waits,
+    then loads it; ``meta.json`` marks a complete folder)."""
     folder = (cache_dir or default_cache_dir()) / settings.key()
-    with exclusive(folder):  # a second process needing the same fine-tune waits, then loads it
-        return _load_or_fine_tune(settings, folder, progress)
+    trained: dict[str, object] = {}
 
-
-def _load_or_fine_tune(settings: FineTuneConfig, folder: Path, progress: Progress) -> TrainedModel:
-    start = time.perf_counter()
-    weights, meta_file = folder / "classifier.pt", folder / "meta.json"
-    if weights.is_file() and meta_file.is_file():
-        meta = json.loads(meta_file.read_text())
-        model, _ = finetune.load_minilm_classifier(len(meta["label_names"]), seed=settings.seed)
-        model.load_state_dict(torch.load(weights, weights_only=True))
-        model.eval().requires_grad_(False)
-        progress(f"fine-tuned checkpoint loaded from {folder}")
-        from_cache = True
-    else:
+    def fine_tune_into(partial: Path) -> None:
+        start = time.perf_counter()
         model, meta = _fine_tune(settings, progress)
         meta["train_seconds"] = time.perf_counter() - start
         meta["settings"] = dataclasses.asdict(settings)
-        folder.mkdir(parents=True, exist_ok=True)
-        # Written under temporary names, then renamed: a concurrent run (tests beside a
-        # build) never reads half a file; meta.json last, as the "complete" marker.
-        suffix = f".{os.getpid()}.tmp"
-        torch.save(model.state_dict(), weights.with_suffix(suffix))
-        os.replace(weights.with_suffix(suffix), weights)
-        meta_file.with_suffix(suffix).write_text(json.dumps(meta, indent=2))
-        os.replace(meta_file.with_suffix(suffix), meta_file)
+        torch.save(model.state_dict(), partial / "classifier.pt")
+        (partial / "meta.json").write_text(json.dumps(meta, indent=2))
+        trained.update(model=model, meta=meta)
+
+    from_cache = fill_once(folder, "meta.json", fine_tune_into)
+    if from_cache:
+        meta = json.loads((folder / "meta.json").read_text())
+        model, _ = finetune.load_minilm_classifier(len(meta["label_names"]), seed=settings.seed)
+        model.load_state_dict(torch.load(folder / "classifier.pt", weights_only=True))
+        model.eval().requires_grad_(False)
+        progress(f"fine-tuned checkpoint loaded from {folder}")
+    else:
+        model, meta = trained["model"], trained["meta"]
         progress(f"fine-tuned checkpoint cached in {folder}")
-        from_cache = False
     return TrainedModel(
         sequence_classifier=model,
         label_names=tuple(meta["label_names"]),

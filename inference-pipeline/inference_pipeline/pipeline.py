@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import torch
-from phase01_common.locks import exclusive
+from phase01_common.cache import fill_once
 
 from inference_pipeline import export, optimize, repository
 from inference_pipeline.gates import (
@@ -484,18 +484,15 @@ def build_cached(
 
     key = build_key(settings)
     folder = (cache_dir or default_cache_dir()) / "builds" / key
-    repo = folder / "model_repository"
-    with exclusive(folder):  # a second process needing the same build waits, then reads it
-        if (repo / repository.MANIFEST).is_file():
-            progress(f"[build] reusing the cached build {folder} (settings + code key {key})")
-            return result_from_repository(repo)
-        partial = folder.with_name(f"{key}.partial")
-        shutil.rmtree(partial, ignore_errors=True)
+
+    def build_into(partial: Path) -> None:
         build(partial, settings, progress)
         shutil.rmtree(partial / "work", ignore_errors=True)  # hundreds of MB, not needed again
-        shutil.rmtree(folder, ignore_errors=True)
-        partial.rename(folder)
-    return result_from_repository(repo)
+
+    # fill_once: a second process needing the same build waits, then reads it
+    if fill_once(folder, f"model_repository/{repository.MANIFEST}", build_into):
+        progress(f"[build] reusing the cached build {folder} (settings + code key {key})")
+    return result_from_repository(folder / "model_repository")
 
 
 def manifest_recipe(entry: dict) -> Recipe:
