@@ -32,7 +32,6 @@ from inference_pipeline.gates import (
 )
 from inference_pipeline.model import (
     PIPELINE_TRAINING,
-    QUICK_SETTINGS,
     FineTuneConfig,
     load_or_train,
     torch_outputs,
@@ -75,7 +74,7 @@ class BuildSettings:
 
 
 QUICK_BUILD = BuildSettings(
-    train=QUICK_SETTINGS,
+    train=PIPELINE_TRAINING,
     gate_dev_per_label=4,
     ladder_per_length=1,
     calibration_texts=8,

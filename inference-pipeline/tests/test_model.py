@@ -10,7 +10,6 @@ import pytest
 import torch
 from inference_pipeline.model import (
     PIPELINE_TRAINING,
-    QUICK_SETTINGS,
     FineTuneConfig,
     TopicClassifier,
     load_or_train,
@@ -34,7 +33,7 @@ def test_settings_key_changes_with_every_setting():
 
 
 def test_cached_checkpoint_loads_the_trained_weights(art, tmp_path):
-    again = load_or_train(QUICK_SETTINGS, progress=lambda _: None)
+    again = load_or_train(PIPELINE_TRAINING, progress=lambda _: None)
     assert again.from_cache
     for (name, a), (_, b) in zip(
         art.trained.sequence_classifier.state_dict().items(),
@@ -49,7 +48,7 @@ def test_head_was_trained_by_the_finetune_code(art):
     # Phase one moved the head away from the seeded fresh head fundamentals.finetune makes.
     from fundamentals.finetune import load_minilm_classifier
 
-    fresh, _ = load_minilm_classifier(5, seed=QUICK_SETTINGS.seed)
+    fresh, _ = load_minilm_classifier(5, seed=PIPELINE_TRAINING.seed)
     trained = art.trained.sequence_classifier
     assert not torch.equal(fresh.classifier.weight, trained.classifier.weight)
     # phase two fine-tuned the base too (layer-wise learning rates: the top layer most)

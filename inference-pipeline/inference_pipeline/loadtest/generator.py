@@ -119,7 +119,10 @@ async def closed_loop_samples(
 ) -> tuple[list[Sample], float]:  # fmt: skip
     """The closed loop's measured samples and window (s). Bodies go out in order (request k
     sends ``bodies[k % len(bodies)]``), so ``max_requests=len(bodies)`` replays a workload
-    exactly once; ``stream`` reads SSE answers and records each token event's arrival."""
+    exactly once; ``stream`` reads SSE answers and records each token event's arrival.
+    Every worker sends at least one measured request (one that starts after the warm-up),
+    even past ``duration_s``: on a slow machine a short window still yields a sample per
+    worker instead of none."""
     begin = time.perf_counter()
     measure_from, stop_at = begin + warmup_s, begin + warmup_s + duration_s
     samples: list[Sample] = []
@@ -128,8 +131,9 @@ async def closed_loop_samples(
     async def worker() -> None:
         nonlocal sent
         connection = Connection(host, port)
+        measured = False
         try:
-            while time.perf_counter() < stop_at and sent < max_requests:
+            while (time.perf_counter() < stop_at or not measured) and sent < max_requests:
                 body = bodies[sent % len(bodies)]
                 sent += 1
                 arrivals: list[float] | None = [] if stream else None
@@ -137,6 +141,7 @@ async def closed_loop_samples(
                 status = await _send(connection, path, body, timeout_s, arrivals)
                 if start >= measure_from:
                     samples.append(Sample(start, time.perf_counter(), status, arrivals or []))
+                    measured = True
         finally:
             await connection.close()
 
