@@ -282,7 +282,7 @@ class ContinuousBatchingEngine(_Engine):
         inter-token gap). Called between iterations only (no pass holds a row index)."""
         for place in [self._row_of.pop(i) for i in ids if i in self._row_of]:
             self._free(*place)
-        if not self._freed:  # no row left: nothing to move down, no width to give back
+        if not self._freed:  # no row was freed: nothing to move down, no width to give back
             return
         self._freed = False
         for which, dense in enumerate(self.dense):
