@@ -11,8 +11,8 @@ latency (mean, median, p99).
 - ``batching``: continuous vs static batching per concurrency (in process, or ``--http``
   through ``/v1/completions``): static with ``--threads`` and with 2 ONNX Runtime intra-op
   threads, continuous (the default: its prefill pass overlapped with the decode passes),
-  with every pass serial, and with one dense past; the target is checked against every
-  static.
+  with every pass serial, and with one dense past (``--max-num-seqs``: also with fewer
+  sequences running than clients); the target is checked against every static.
 - ``prefix``: every prompt shares a 128-byte prefix; prefix caching off vs on (HTTP), TTFT and
   the hit rate from ``/metrics`` against the workload's.
 - ``memory``: the same KV pool, blocks on demand (with preemption) vs reserve-up-front:
@@ -71,12 +71,14 @@ SHARED_PREFIX_BYTES = 128
 
 class Variant(NamedTuple):
     """One compared engine: a ``make_engine`` kind on a step function, with the continuous
-    scheduler's knobs (``budget`` None: the experiment's ``--budget``)."""
+    scheduler's knobs (``budget`` None: the experiment's ``--budget``; ``max_num_seqs``
+    None: the concurrency)."""
 
     kind: str
     step: StepFunction
     budget: int | None = None
     admission_delay_factor: float = DEFAULT_ADMISSION_DELAY_FACTOR
+    max_num_seqs: int | None = None
 
 
 @dataclass
@@ -265,6 +267,7 @@ def make_engine(
     num_blocks: int | None = None,
     prefix_caching: bool = True,
     admission_delay_factor: float = DEFAULT_ADMISSION_DELAY_FACTOR,
+    max_num_seqs: int | None = None,
 ):
     """ "static", "continuous" (the engine's defaults: blocks on demand, the prefill pass on a
     worker thread at the same time as the decode passes), "continuous-serial" (the same, every
@@ -272,13 +275,17 @@ def make_engine(
     (continuous, blocks for prompt + max_tokens taken at admission), "continuous-one-past"
     (continuous with every row in one dense past, padded to the longest: what the short/long
     split saves) or "static-full-width" (static whose past is the whole context from the
-    first pass: no resize inside a batch, every pass at full width)."""
+    first pass: no resize inside a batch, every pass at full width). The continuous engines
+    run up to ``max_num_seqs`` sequences at once (default: ``concurrency``), their KV pool
+    sized for ``concurrency`` full-context sequences either way."""
     if kind in ("static", "static-full-width"):
         grow = step.config.max_positions if kind == "static-full-width" else 32
         return StaticBatchingEngine(step, batch_size=concurrency, max_wait_s=0.05, grow=grow)
+    seqs = max_num_seqs or concurrency
+    per_sequence = -(-step.config.max_positions // 16)
     return ContinuousBatchingEngine(
-        step, max_num_seqs=concurrency, max_num_batched_tokens=max(budget, concurrency),
-        num_blocks=num_blocks, prefix_caching=prefix_caching,
+        step, max_num_seqs=seqs, max_num_batched_tokens=max(budget, seqs),
+        num_blocks=num_blocks or concurrency * per_sequence, prefix_caching=prefix_caching,
         reserve_up_front=kind == "reserve-up-front",
         short_width=step.config.max_positions if kind == "continuous-one-past" else None,
         overlap_prefill=kind != "continuous-serial",
@@ -289,7 +296,7 @@ def make_engine(
 def build_variant(variant: Variant, concurrency: int, budget: int):
     return make_engine(
         variant.kind, variant.step, concurrency, budget=variant.budget or budget,
-        admission_delay_factor=variant.admission_delay_factor,
+        admission_delay_factor=variant.admission_delay_factor, max_num_seqs=variant.max_num_seqs,
     )  # fmt: skip
 
 
@@ -736,10 +743,19 @@ def main(argv: list[str] | None = None) -> int:
         help="max_num_batched_tokens values each admission delay runs at (default --budget)",
     )  # fmt: skip
     parser.add_argument(
+        "--max-num-seqs", default="",
+        help="caps on running sequences the batching and steps experiments also run as "
+        "continuous-seqs-N-bB (at each of --cap-budgets), e.g. 8,12",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cap-budgets", default="",
+        help="max_num_batched_tokens values each --max-num-seqs cap runs at (default --budget)",
+    )  # fmt: skip
+    parser.add_argument(
         "--engines", default="",
         help="only these of the batching and steps experiments' engines (default: all; the "
-        "static ones are the baselines the target is checked against); the admission delays "
-        "run anyway",
+        "static ones are the baselines the target is checked against); the admission delays and "
+        "the caps run anyway",
     )  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("report/generation"))
     args = parser.parse_args(argv)
@@ -748,6 +764,8 @@ def main(argv: list[str] | None = None) -> int:
         budgets = [int(b) for b in args.budgets.split(",")]
         delays = [float(f) for f in args.admission_delays.split(",") if f]
         delay_budgets = [int(b) for b in args.delay_budgets.split(",") if b]
+        caps = [int(n) for n in args.max_num_seqs.split(",") if n]
+        cap_budgets = [int(b) for b in args.cap_budgets.split(",") if b]
         engines = [e for e in args.engines.split(",") if e]
         experiments = args.experiments.split(",")
         if (
@@ -755,6 +773,7 @@ def main(argv: list[str] | None = None) -> int:
             or min(concurrencies) < 1
             or min(budgets) < 1
             or min(delay_budgets, default=1) < 1
+            or min(caps + cap_budgets, default=1) < 1
             or not all(0 <= f < float("inf") for f in delays)
             or min(args.requests_per_client, args.rounds, args.kv_blocks, args.budget) < 1
             or not set(experiments) <= set(EXPERIMENTS)
@@ -763,7 +782,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError
     except ValueError:
         print(
-            "error: --concurrency, --budgets and --delay-budgets need positive integers (e.g. "
+            "error: --concurrency, --budgets, --delay-budgets, --max-num-seqs and --cap-budgets "
+            "need positive integers (e.g. "
             "1,4,16), --admission-delays finite factors >= 0; "
             "--requests-per-client, --rounds, --kv-blocks, --budget and --train-seconds must be "
             "positive; "
@@ -808,6 +828,11 @@ def main(argv: list[str] | None = None) -> int:
             if (factor, budget) != (DEFAULT_ADMISSION_DELAY_FACTOR, args.budget):
                 name = f"continuous-delay-{factor:g}-b{budget}"
                 batching[name] = Variant("continuous", step, budget, factor)
+    # Fewer sequences running than clients: narrower decode passes, the rest wait.
+    for cap in caps:
+        for budget in cap_budgets or [args.budget]:
+            name = f"continuous-seqs-{cap}-b{budget}"
+            batching[name] = Variant("continuous", step, budget, max_num_seqs=cap)
     steps = {**batching, "static-full-width": Variant("static-full-width", step)}
     _, held_out = corpus_bytes()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -177,6 +177,7 @@ class ContinuousBatchingEngine(_Engine):
             self.dense.append(DensePast(self.config, max_num_seqs))
         self._row_of: dict[int, tuple[int, int]] = {}  # sequence id -> (dense past, row)
         self._free_rows = [list(range(max_num_seqs)) for _ in self.dense]
+        self._freed = False  # a row was freed since the last compaction
         # With ``overlap_prefill`` an iteration's prefill pass runs on this one worker thread
         # while this thread runs the decode passes: the step function releases the GIL (ONNX
         # Runtime's run, PyTorch's ops), so on two cores an iteration costs about the longer
@@ -281,6 +282,9 @@ class ContinuousBatchingEngine(_Engine):
         inter-token gap). Called between iterations only (no pass holds a row index)."""
         for place in [self._row_of.pop(i) for i in ids if i in self._row_of]:
             self._free(*place)
+        if not self._freed:  # no row was freed: nothing to move down, no width to give back
+            return
+        self._freed = False
         for which, dense in enumerate(self.dense):
             self._compact(which)
             dense.fit()
@@ -302,6 +306,7 @@ class ContinuousBatchingEngine(_Engine):
 
     def _free(self, which: int, row: int) -> None:
         self.dense[which].clear(row)
+        self._freed = True
         self._free_rows[which].append(row)
         self._free_rows[which].sort()  # rows are taken lowest first: passes feed 0 .. top
 

@@ -282,18 +282,24 @@ class PagedKVCache:
     ) -> None:
         """Decode's write: one new token per sequence, keys/values [L, B, H, D], in one
         scattered assignment instead of one per sequence."""
-        blocks, offsets = [], []
+        blocks, offsets, bs = [], [], self.block_size
         for seq_id in seq_ids:
-            position = self.lengths[seq_id]
-            if position >= len(self.tables[seq_id]) * self.block_size:
+            position, table = self.lengths[seq_id], self.tables[seq_id]
+            index = position // bs
+            if index >= len(table):
                 raise OutOfBlocks(f"sequence {seq_id}: {position + 1} tokens exceed its blocks")
-            blocks.append(self._writable(seq_id, position // self.block_size))
-            offsets.append(position % self.block_size)
+            block = table[index]
+            blocks.append(block if self._refs[block] == 1 else self._writable(seq_id, index))
+            offsets.append(position - index * bs)
         # pool[:, blocks, :, offsets] has shape [B, L, H, D] (advanced indices first).
         self.keys[:, blocks, :, offsets] = keys.transpose(1, 0, 2, 3)
         self.values[:, blocks, :, offsets] = values.transpose(1, 0, 2, 3)
-        for seq_id, token in zip(seq_ids, tokens, strict=True):
-            self._written(seq_id, [token])
+        for seq_id, token, offset in zip(seq_ids, tokens, offsets, strict=True):
+            if offset == bs - 1:  # the token fills its block: key it
+                self._written(seq_id, [token])
+            else:
+                self.tokens[seq_id].append(token)
+                self.lengths[seq_id] += 1
 
     def read(self, seq_id: int) -> tuple[np.ndarray, np.ndarray]:
         """The sequence's cached keys and values, each ``[L, H, length, D]`` (a copy)."""

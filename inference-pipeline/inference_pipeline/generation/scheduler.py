@@ -143,11 +143,15 @@ class TokenBudgetScheduler:
         if self._prefill_planned_at is not None:
             self.last_prefill_latency = now - self._prefill_planned_at
         plan = Plan()
+        lengths, tables, bs = self.cache.lengths, self.cache.tables, self.cache.block_size
         for seq in list(self.running):
             if seq in plan.preempted or not self.decoding(seq):
                 continue
-            if self._make_room(seq, self.computed(seq) + 1, plan):
-                self.cache.ensure(seq.id, self.computed(seq) + 1)
+            computed = lengths[seq.id]
+            if computed < len(tables[seq.id]) * bs:  # its next token fits the blocks it holds
+                plan.decode.append(seq)
+            elif self._make_room(seq, computed + 1, plan):
+                self.cache.ensure(seq.id, computed + 1)
                 plan.decode.append(seq)
         budget = self.max_num_batched_tokens - len(plan.decode)
         for seq in self.running:
