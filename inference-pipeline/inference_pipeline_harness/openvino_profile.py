@@ -95,32 +95,42 @@ def profile(
     return result
 
 
+def _promoted_spec(repo: Path, name: str) -> tuple[Path, str | None, bool]:
+    """``profile``'s spec of an OpenVINO model folder: its file, precision hint and shapes."""
+    from inference_pipeline.openvino_runtime import STATIC_SHAPES_PARAMETER
+    from inference_pipeline.repository import load_model_folder
+
+    folder = load_model_folder(repo / name)
+    if (folder.config.backend or folder.config.platform) != "openvino":
+        raise ValueError(f"{name} is not an OpenVINO model: nothing to profile")
+    parameters = {k: v.string_value for k, v in folder.config.parameters.items()}
+    return (
+        folder.onnx_path,
+        parameters.get("INFERENCE_PRECISION_HINT"),
+        parameters.get(STATIC_SHAPES_PARAMETER) == "true",
+    )
+
+
 def profile_table(repo: Path, rounds: int = 20, progress=print) -> str:
     """The per-category table of OpenVINO's default (FP32 export) and the promoted default
-    of ``repo`` at batch 1 and 8."""
-    from inference_pipeline.openvino_runtime import STATIC_SHAPES_PARAMETER
+    of ``repo`` at batch 1 and 8 (the manifest's fastest variant at each batch, the one the
+    bench's target reads)."""
     from inference_pipeline.repository import load_model_folder, read_manifest
 
     manifest = read_manifest(repo)
     fp32 = next(v for v in manifest["variants"] if v["recipe"] == "fp32" and v["promoted"])
-    served = manifest.get("default_variant", {}).get("served")
-    if served is None:
-        raise ValueError(f"{repo}: the manifest records no promoted default variant")
-    folder = load_model_folder(repo / served)
-    parameters = {k: v.string_value for k, v in folder.config.parameters.items()}
-    if (folder.config.backend or folder.config.platform) != "openvino":
-        raise ValueError(f"{served} is not an OpenVINO model: nothing to profile")
+    by_batch = manifest.get("default_variant", {}).get("by_batch", {})
+    missing = [batch for batch in BATCHES if str(batch) not in by_batch]
+    if missing:
+        raise ValueError(f"{repo}: the manifest records no promoted default at batch {missing}")
     default_path = load_model_folder(repo / fp32["name"]).onnx_path
-    models = {
-        "OV default": (default_path, None, False),
-        served: (
-            folder.onnx_path,
-            parameters.get("INFERENCE_PRECISION_HINT"),
-            parameters.get(STATIC_SHAPES_PARAMETER) == "true",
-        ),
-    }
+    promoted = {batch: by_batch[str(batch)]["variant"] for batch in BATCHES}
     columns, results = [], []
     for batch in BATCHES:
+        models = {
+            "OV default": (default_path, None, False),
+            "promoted": _promoted_spec(repo, promoted[batch]),
+        }
         progress(f"profiling batch {batch}: {rounds} interleaved rounds, 1 thread")
         result = profile(models, batch, rounds)
         for name in models:
@@ -135,7 +145,8 @@ def profile_table(repo: Path, rounds: int = 20, progress=print) -> str:
         (k for k in every if k.startswith(LAYER)),
         key=lambda k: -max(r.get(k, 0.0) for r in results),
     )
-    lines = [f"promoted = {served}; fastest ms per call, summed per node type and precision"]
+    names = ", ".join(f"b{batch} {name}" for batch, name in promoted.items())
+    lines = [f"promoted = {names}; fastest ms per call, summed per node type and precision"]
     lines.append(f"{'node type, precision':34}" + "".join(f"{c:>13}" for c in columns))
     for key in keys:
         values = [r.get(key, 0.0) for r in results]

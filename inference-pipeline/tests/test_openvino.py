@@ -343,3 +343,23 @@ def test_profile_categories_name_the_kernel_precision_and_attention():
     )
     assert node_category("Transpose", "unknown_bf16", "t") == "Transpose bf16"
     assert node_label(fc) == "output/dense"
+
+
+@needs_bf16
+def test_profile_times_the_promoted_default_of_each_batch_against_the_peer():
+    from inference_pipeline.repository import read_manifest
+    from inference_pipeline_harness.openvino_profile import profile_table
+    from inference_pipeline_harness.scenarios import quick_build
+
+    repo = quick_build().repository
+    by_batch = read_manifest(repo)["default_variant"]["by_batch"]
+    lines = profile_table(repo, rounds=1, progress=lambda _: None).splitlines()
+    named = f"promoted = b1 {by_batch['1']['variant']}, b8 {by_batch['8']['variant']};"
+    assert lines[0].startswith(named)
+    # columns: default b1, promoted b1, default b8, promoted b8. The quick build's promoted
+    # default is an INT8 OpenVINO row: its weight MatMuls run INT8 kernels, the peer's BF16.
+    table = lines[2 : next(i for i, line in enumerate(lines) if line.startswith("one encoder"))]
+    rows = {line[:34].strip(): [float(v) for v in line[34:].split()] for line in table}
+    int8, bf16 = rows["FullyConnected i8"], rows["FullyConnected bf16"]
+    assert int8[0] == int8[2] == 0.0 and int8[1] > 0.0 and int8[3] > 0.0
+    assert bf16[0] > 0.0 and bf16[2] > 0.0 and bf16[1] == bf16[3] == 0.0
