@@ -72,14 +72,8 @@ def test_static_qdq_is_calibrated_on_training_texts(art):
     reader = quantize.TextCalibrationReader(art.tokenizer, texts, batch_size=2)
     batches = [reader.get_next() for _ in range(3)]
     assert batches[2] is None and batches[0]["input_ids"].shape[0] == 2
-    # The row's graph, calibrated through that reader on 8 training texts (the quick build's
-    # count). Made here: on some CPUs its gates refuse it on the quick model (one of its 29
-    # texts flips), and then the quick build keeps no graph of it.
-    row = quantize.recipe("int8_static")
-    path = art.folder / "int8_static.onnx"
-    quantize.METHODS[row.method](
-        row, art.exports["torchscript"], path, art.tokenizer, load_bbc_news().train_texts[:8]
-    )
+    # the quick build's graph of the row, calibrated through that reader on training texts
+    path = quick_graph("int8_static")
     # Every weight MatMul reads dequantized INT8 inputs, except the 6 feed-forward output
     # projections, which stay FP32 (their GELU-output range ruins a MinMax scale).
     model = onnx.load(str(path))
