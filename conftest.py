@@ -30,8 +30,8 @@ SHARED_FIXTURE_GROUPS = (
             "phase-01-framework-internals/lab-03-graph-inspector/tests/test_tflite.py",
         ),
     ),
-    # Ray Serve started by the protocol suite's "ray" parameter and by the Ray test: one
-    # Ray cluster on the machine at a time
+    # inference-pipeline's ray_serve: one Ray Serve for the protocol suite's "ray" front end
+    # and the Ray test (one Ray cluster on the machine at a time)
     (
         "ray",
         (
