@@ -30,8 +30,8 @@ SHARED_FIXTURE_GROUPS = (
             "phase-01-framework-internals/lab-03-graph-inspector/tests/test_tflite.py",
         ),
     ),
-    # Ray Serve started by the protocol suite's "ray" parameter and by the Ray test: one
-    # Ray cluster on the machine at a time
+    # inference-pipeline's ray_serve: one Ray Serve for the protocol suite's "ray" front end
+    # and the Ray test (one Ray cluster on the machine at a time)
     (
         "ray",
         (
@@ -41,17 +41,20 @@ SHARED_FIXTURE_GROUPS = (
     ),
 )
 
-# Handed out first, longest first (measured with `pytest --durations=0`): a long group that
-# started last would leave the other worker idle at the end.
+# Handed out first, longest first (worker-seconds measured with the suite's own run on two
+# workers, per unit): a long unit that started last would leave the other worker idle at the
+# end. The rest follow in collection order.
 LONGEST_FIRST = (
     "report",
     "inference-pipeline/tests/test_commands.py",
     "lab03-pipeline",
-    "phase-01-framework-internals/lab-02-warp-softmax/tests/test_cuda.py",
     "tools/test_gpu_check.py",
+    "phase-01-framework-internals/lab-02-warp-softmax/tests/test_cuda.py",
+    "inference-pipeline/tests/test_openvino.py",
+    "phase-01-framework-internals/lab-02-warp-softmax/tests/test_build.py",
     "inference-pipeline/tests/test_cli_offline.py",
+    "inference-pipeline/tests/test_export.py",
     "inference-pipeline/tests/test_real_build.py",
-    "ray",
 )
 
 

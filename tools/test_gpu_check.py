@@ -68,9 +68,12 @@ def test_classifier_timed_every_precision_at_both_batches_and_gated_against_fp32
     assert {(r["dtype"], r["batch"]) for r in rows} >= {
         (dtype, batch) for dtype in ("fp32", "fp16", "bf16") for batch in (1, 8)
     }
+    shapes = len({r["batch"] for r in rows})
     for row in rows:
         assert 0 < row["p50_ms"] <= row["p90_ms"] <= row["p99_ms"]
         assert row["ms_per_row"] == pytest.approx(row["p50_ms"] / row["batch"])
+        # one graph per timed shape, compiled for the gates and reused for the timing
+        assert row["graphs_compiled"] == (shapes if row["compile_mode"] else 0), row["name"]
     assert any(r["compile_mode"] for r in rows), "no torch.compile row"
     names = {c["name"] for c in record["checks"]}
     for variant in {r["name"] for r in rows} - {"eager_fp32_sdpa"}:

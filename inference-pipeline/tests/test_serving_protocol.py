@@ -1,6 +1,7 @@
 """The v2 protocol as a standard client sees it: tritonclient.http, health, metadata, errors,
 the statistics extension. Every test runs against both front ends: the uvicorn server and
-Ray Serve with 2 replicas (``serve --ray --replicas 2`` in a subprocess, stopped at the end).
+Ray Serve with 2 replicas (the session's ``serve --ray --replicas 2``: conftest's
+``ray_serve``, which the Ray test stops).
 """
 
 from __future__ import annotations
@@ -16,28 +17,24 @@ import pytest
 import tritonclient.http as triton
 from inference_pipeline.serving.models import load_repository
 from inference_pipeline_harness.serving_fixtures import (
+    MAX_REQUEST_BYTES,
     TINY_MODEL,
     sample_texts,
-    server_process,
     threaded_server,
     tiny_repository,
 )
-
-MAX_REQUEST_BYTES = 1024 * 1024
 
 
 @pytest.fixture(scope="module", params=["uvicorn", "ray"])
 def served(request):
     """(url, front end, the model loaded here as the reference) for each front end."""
     models = load_repository(tiny_repository())
-    limit = ["--max-request-bytes", str(MAX_REQUEST_BYTES)]
     if request.param == "uvicorn":
         with threaded_server(models, max_request_bytes=MAX_REQUEST_BYTES) as (url, _):
             yield url, request.param, models[0]
-    else:
-        ray = ["--ray", "--replicas", "2", *limit]
-        with server_process(tiny_repository(), *ray, timeout_s=180) as (url, _):
-            yield url, request.param, models[0]
+    else:  # started with the same limit (MAX_REQUEST_BYTES)
+        url, _ = request.getfixturevalue("ray_serve").running()
+        yield url, request.param, models[0]
 
 
 def raw_response(url: str, method: str, path: str, body: bytes | None = None, headers=None):

@@ -1,6 +1,7 @@
 """Scale-out on Ray Serve: `serve --ray` answers the same v2 routes, then leaves nothing behind.
 
-One test, one local Ray (num_cpus=2, two replicas) in a subprocess: about 20 s on 2 cores.
+The server is the session's (conftest's ``ray_serve``: a local Ray, num_cpus=2, two replicas,
+in a subprocess), which the protocol suite serves from too; this test stops it.
 """
 
 from __future__ import annotations
@@ -8,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,12 +18,10 @@ import tritonclient.http as triton
 from inference_pipeline.serving.models import load_repository
 from inference_pipeline_harness.serving_fixtures import (
     TINY_MODEL,
-    free_port,
     infer_json,
     sample_texts,
     stop_gracefully,
     tiny_repository,
-    wait_ready,
 )
 
 
@@ -81,21 +78,13 @@ def alive(pids: set[int]) -> set[int]:
     return living
 
 
-def test_ray_serve_answers_v2_and_stops_every_process_it_started(tmp_path):
+def test_ray_serve_answers_v2_and_stops_every_process_it_started(ray_serve):
     (model,) = load_repository(tiny_repository())
     token_file = Path.home() / ".ray" / "auth_token"
-    token_existed = token_file.exists()
-    port = free_port()
-    log_path = tmp_path / "serve.log"
-    command = [sys.executable, "-m", "inference_pipeline", "serve", str(tiny_repository()),
-               "--ray", "--replicas", "2", "--port", str(port)]  # fmt: skip
-    with log_path.open("w") as log_file:
-        process = subprocess.Popen(command, stdout=log_file, stderr=log_file)
+    url, process = ray_serve.running()
     started: set[int] = set()
     try:
-        url = f"http://127.0.0.1:{port}"
-        wait_ready(url, timeout_s=120, process=process)
-        listening = wait_for_log(log_path, '"listening"', deadline_s=60)
+        listening = wait_for_log(ray_serve.log_path, '"listening"', deadline_s=60)
         started = descendants(process.pid) | processes_mentioning(listening["ray_temp_dir"])
         assert started, "Ray started no process?"
 
@@ -123,7 +112,7 @@ def test_ray_serve_answers_v2_and_stops_every_process_it_started(tmp_path):
             time.sleep(0.2)
         assert not alive(started), f"left behind: {sorted(alive(started))}"
         assert not Path(listening["ray_temp_dir"]).exists()
-        assert token_file.exists() == token_existed  # no auth token written under ~
+        assert token_file.exists() == ray_serve.auth_token_existed  # none written under ~
     finally:
         if process.poll() is None:  # a failed assertion: stop it the graceful way first
             started |= descendants(process.pid)

@@ -13,7 +13,8 @@ run in value order (FP16 first after the reference), and a variant that the step
 budget cannot fit is recorded as skipped, so a short lease still returns the first rows.
 
 The gate batches have the timed shapes (batch 8 and batch 1, padded to 128 tokens, each
-document its own length inside that), so a compiled variant compiles exactly two graphs.
+document its own length inside that), so a compiled variant compiles exactly two graphs (each
+row's ``graphs_compiled``: the graphs Dynamo compiled for its variant so far).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from inference_pipeline.gates import (
     GateSet,
     apply_gates,
 )
+from torch._dynamo.utils import counters as dynamo_counters
 
 from gpu_check import minilm
 from gpu_check.common import (
@@ -126,13 +128,17 @@ def outputs(model, docs: minilm.Documents, batch: int, device) -> tuple[np.ndarr
     """(logits, embedding) as float32 NumPy, in batches of ``batch`` (the last one filled up
     to ``batch`` rows with repeats, so that every call has the same shape)."""
     logits, embeddings = [], []
-    with torch.inference_mode():
-        for start in range(0, len(docs), batch):
-            index = torch.arange(start, start + batch) % len(docs)
-            out = model(docs.input_ids[index].to(device), docs.attention_mask[index].to(device))
-            keep = min(batch, len(docs) - start)
-            logits.append(out[0][:keep].float().cpu().numpy())
-            embeddings.append(out[1][:keep].float().cpu().numpy())
+    for start in range(0, len(docs), batch):
+        index = torch.arange(start, start + batch) % len(docs)
+        # The inputs are made outside inference mode, as the timed ones are: an inference
+        # tensor has another dispatch key set, and a compiled graph's guards would compile
+        # the same shape again for the timing.
+        ids, mask = docs.input_ids[index].to(device), docs.attention_mask[index].to(device)
+        with torch.inference_mode():
+            out = model(ids, mask)
+        keep = min(batch, len(docs) - start)
+        logits.append(out[0][:keep].float().cpu().numpy())
+        embeddings.append(out[1][:keep].float().cpu().numpy())
     return np.concatenate(logits), np.concatenate(embeddings)
 
 
@@ -163,6 +169,7 @@ def measure_variant(variant: Variant, context: Context) -> None:
     record, sizes, device = context.record, context.sizes, context.device
     reference = context.reference
     started = time.perf_counter()
+    graphs_before = dynamo_counters["stats"]["unique_graphs"]
     model, backend = prepare(variant, context.trained, device, context.dry_run)
     gates = {}
     if variant != REFERENCE:
@@ -192,6 +199,7 @@ def measure_variant(variant: Variant, context: Context) -> None:
         row["speedup_vs_fp32_eager"] = timings.ratio(name, "reference")
         row["fp32_eager_p50_ms_same_run"] = timings.median("reference") * 1e3
         row["gates_and_compile_s"] = round(prepared_s, 2)
+        row["graphs_compiled"] = dynamo_counters["stats"]["unique_graphs"] - graphs_before
         record.add_row(row)
         print(
             f"{variant.name:32s} batch {batch}: p50 {latency['p50_ms']:.3f} ms "
