@@ -11,6 +11,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from phase01_common.report import step
+
 from inference_pipeline_harness.bench import QUICK_ITERATIONS, format_table, plot, run_bench
 
 BENCH_THREADS = 1
@@ -80,12 +82,13 @@ def run(
     # The build gated every variant; the re-run (the `gate` command's code, reading only what
     # is on disk) covers the models a server loads by default. `gate DIR` re-runs them all.
     served = default_models(repository.read_manifest(result.repository))
-    print(f"\n== gate: re-run on the written repository's default models ({', '.join(served)})")
-    reports = gate_repository(result.repository, only=served)
-    print("\n== bench")
+    with step(f"gate: re-run on the written repository's default models ({', '.join(served)})"):
+        reports = gate_repository(result.repository, only=served)
+    rounds = iterations or DEMO_ITERATIONS[quick]
     # One intra-op thread: on a shared 2-core machine a 2-thread torch baseline measures
     # scheduling (its OpenMP barrier after every op), not the runtime (see the README).
-    bench = run_bench(result.repository, BENCH_THREADS, iterations or DEMO_ITERATIONS[quick])
+    with step(f"bench: {rounds} interleaved rounds, {BENCH_THREADS} thread"):
+        bench = run_bench(result.repository, BENCH_THREADS, rounds)
     return result, bench, reports
 
 
