@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import platform
 import shutil
 import sys
@@ -208,6 +209,13 @@ def run_section(title: str, module: str, out_dir: Path, quick: bool) -> Section:
     return section
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (user + system): beside the wall
+    time, what a section cost on a shared machine, where the wall time also counts the load."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def reproduce_commands(key: str, quick: bool) -> list[str]:
     """Commands that rerun one section: alone in the report driver, and as its lab's demo."""
     flag = " --quick" if quick else ""
@@ -254,15 +262,22 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     for i, (key, title, module) in enumerate(chosen, 1):
         console.rule(f"[bold]{i}/{len(chosen)}  {title}")
+        cpu = cpu_seconds()
         s = run_section(title, module, report_dir / key, args.quick)
+        cpu = cpu_seconds() - cpu
         s.reproduce = reproduce_commands(key, args.quick)
         sections.append(s)
         colour = "green" if s.passed else "red"
         missed = [c.name for c in s.checks if c.benchmark and not c.passed]
-        console.print(f"[{colour}]{key}: {count_checks([s])} ({s.seconds:.0f} s)")
+        console.print(f"[{colour}]{key}: {count_checks([s])} ({s.seconds:.0f} s, {cpu:.0f} CPU-s)")
         if missed:
             console.print(f"[yellow]benchmark targets missed (not failures): {'; '.join(missed)}")
 
+    console.print(
+        f"{time.perf_counter() - started:.0f} s, {cpu_seconds():.0f} CPU-s in all, load average "
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        soft_wrap=True,
+    )
     meta = (
         f"{'quick' if args.quick else 'full'} run, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
         f"{platform.node()} ({platform.machine()}, {platform.python_version()}), "

@@ -16,7 +16,7 @@ import importlib
 import inspect
 from pathlib import Path
 
-from phase01_common.report import Check, Image, Section, Table
+from phase01_common.report import Check, Image, Section, Table, step
 
 from inference_pipeline_harness.bench import COLUMNS, INT8_TARGET, SPEEDUP_TARGET, plot
 from inference_pipeline_harness.demo import GATE_COLUMNS, fusion_rows, gate_rows, run
@@ -82,7 +82,8 @@ def _merge(section: Section, module_name: str, out_dir: Path, quick: bool, repo:
         if "repository" in inspect.signature(module.build_subsection).parameters:
             kwargs["repository"] = repo
         short = quick or module_name in SHORT_IN_DEMO
-        sub = module.build_subsection(out_dir / module_name, short, **kwargs)
+        with step(f"{module_name}{' (short)' if short else ''}"):
+            sub = module.build_subsection(out_dir / module_name, short, **kwargs)
     except Exception as exc:  # a failing subsection is shown as a failure, not a crash
         section.checks.append(Check(f"{module_name} subsection runs", False, repr(exc)[:300]))
         return

@@ -36,6 +36,7 @@ from graph_inspector.savedmodel import (
 __all__ = [
     "ConversionError",
     "ConversionResult",
+    "Converter",
     "NotASavedModelError",
     "TFLiteModel",
     "ValidationReport",
@@ -347,6 +348,10 @@ def representative_from(
 
 # --- SavedModel -> validated TFLite files ---------------------------------------------------
 
+# (SavedModel folder, quantization, signature key, representative dataset) -> TFLite bytes:
+# what :func:`convert_savedmodel_to_tflite` takes and returns.
+Converter = Callable[[Path, str, str, Callable[[], Any] | None], bytes]
+
 
 @dataclass
 class ConversionResult:
@@ -382,6 +387,7 @@ def convert_savedmodel(
     probe_inputs: Mapping[str, np.ndarray] | None = None,
     signature_key: str = SERVING_KEY,
     quantizations: tuple[Quantization, ...] = DEFAULT_QUANTIZATIONS,
+    convert: Converter | None = None,
 ) -> ConversionResult:
     """Convert a SavedModel signature to TFLite (by default float32 and dynamic-range, the
     modes ``written_by_default`` in :data:`~graph_inspector.quant_modes.MODES`) and validate each.
@@ -389,7 +395,9 @@ def convert_savedmodel(
     Writes ``model_<quantization>.tflite`` into ``out_dir`` only after it passes
     :func:`validate_tflite`; raises :class:`ConversionError` otherwise (a bad folder:
     :class:`NotASavedModelError`). ``probe_inputs`` (real samples are best) default to random
-    0/1 inputs shaped like the signature.
+    0/1 inputs shaped like the signature. ``convert`` makes each model's bytes (default
+    :func:`convert_savedmodel_to_tflite`; a caller may read them from a cache of it); every
+    model is validated here either way.
     """
     reference = load_serving_fn(savedmodel_dir, signature_key)  # the one folder check
     folder = Path(savedmodel_dir)
@@ -403,7 +411,11 @@ def convert_savedmodel(
     seconds: dict[str, float] = {}
     for quantization in quantizations:
         start = time.perf_counter()
-        content = _convert(folder, quantization, signature_key, representative_from(probe_inputs))
+        representative = representative_from(probe_inputs)
+        if convert is None:
+            content = _convert(folder, quantization, signature_key, representative)
+        else:
+            content = convert(folder, quantization, signature_key, representative)
         seconds[quantization] = time.perf_counter() - start
         validations[quantization] = validate_tflite(
             TFLiteModel(content, signature_key),

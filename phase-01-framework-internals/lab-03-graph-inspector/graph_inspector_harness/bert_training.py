@@ -1,7 +1,8 @@
 """The pipeline's data and its BERT-tiny, trained once and cached.
 
 Data: BBC News (5 topics) from :mod:`phase01_common.bbc_news`, tokenized with the MiniLM
-checkpoint's ``tokenizer.json``. Model: BERT-tiny trained from scratch by
+checkpoint's ``tokenizer.json`` (the token arrays are cached too, keyed by the texts, that file
+and the tokenizing code: :func:`tokenized`). Model: BERT-tiny trained from scratch by
 :func:`graph_inspector.pipeline.fine_tune` (seeded, a fixed number of steps).
 
 The trained weights and the epoch losses are kept under
@@ -44,15 +45,39 @@ def load_data(cfg: TrainConfig) -> Data:
     from phase01_common.checkpoints import minilm_checkpoint_dir
 
     data = load_bbc_news()
-    tokenizer = BertTokenizer(minilm_checkpoint_dir(), max_length=cfg.seq_len)
+    tokenizer_json = minilm_checkpoint_dir() / "tokenizer.json"
+    tokenizer = BertTokenizer(tokenizer_json, max_length=cfg.seq_len)
     return Data(
-        tokenizer(data.train_texts),
+        tokenized(tokenizer, tokenizer_json, data.train_texts),
         data.train_labels,
-        tokenizer(data.dev_texts),
+        tokenized(tokenizer, tokenizer_json, data.dev_texts),
         data.dev_labels,
         data.label_names,
         tokenizer,
     )
+
+
+TOKENS = "tokens.npz"
+
+
+def tokenized(
+    tokenizer, tokenizer_json: Path, texts: list[str], cache_dir: Path | None = None
+) -> dict[str, np.ndarray]:
+    """``tokenizer(texts)``, kept in the cache under a key of the texts, the tokenizer file,
+    its length, the tokenizing code and the ``tokenizers`` version (read back on a hit)."""
+    import graph_inspector.bert
+    import tokenizers
+
+    key = artifact_key(
+        {"max_length": tokenizer.max_length, "texts": len(texts)},
+        [Path(graph_inspector.bert.__file__), Path(tokenizer_json), Path(__file__)],
+        versions=(tokenizers.__version__,),
+        data=["\0".join(texts).encode()],
+    )
+    folder = (cache_dir or cache_root()) / "graph_inspector" / f"tokens-{key}"
+    fill_once(folder, TOKENS, lambda partial: np.savez(partial / TOKENS, **tokenizer(texts)))
+    with np.load(folder / TOKENS) as arrays:
+        return {name: arrays[name] for name in INPUT_NAMES}
 
 
 @dataclass

@@ -1,6 +1,12 @@
 """Graph fingerprints for the determinism check (``python -m graph_inspector_harness.fingerprint
 KIND``) prints ``{"node_count": N, "sha256": H}`` of the GraphReport JSON of a fixed model, so two
 separate processes can be compared (same code + same inputs must give the same graph).
+
+The demo keeps one fresh process's fingerprint in the project's cache, keyed by the source of
+``graph_inspector`` and of this module and the TensorFlow and Keras versions
+(:func:`recorded_fingerprint`): a later run then starts one fresh process and compares it with
+that recorded one, so the two processes are still separate, started with different hash seeds,
+and running the same code.
 """
 
 from __future__ import annotations
@@ -10,7 +16,12 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
+
+from phase01_common.cache import artifact_key, cache_root, fill_once
+
+RECORD = "fingerprint.json"
 
 KINDS = ("mlp", "bert")
 
@@ -91,6 +102,37 @@ def collect_fingerprints(procs: list[subprocess.Popen], timeout: float = 300) ->
             raise RuntimeError(f"fingerprint subprocess failed ({proc.returncode}): {tail}")
         results.append(json.loads(out.strip().splitlines()[-1]))
     return results
+
+
+def record_folder(kind: str, cache_dir: Path | None = None) -> Path:
+    """Where a fresh process's fingerprint of ``kind`` is kept, under a key of the code that
+    draws and traces the graph (every ``graph_inspector`` module and this one)."""
+    import graph_inspector
+    import keras
+    import tensorflow as tf
+
+    sources = sorted(Path(graph_inspector.__file__).parent.glob("*.py"))
+    key = artifact_key(
+        {"kind": kind}, [*sources, Path(__file__)], versions=(tf.__version__, keras.__version__)
+    )
+    return (cache_dir or cache_root()) / "graph_inspector" / f"fingerprint-{kind}-{key}"
+
+
+def recorded_fingerprint(kind: str, cache_dir: Path | None = None) -> dict[str, Any] | None:
+    """The fingerprint an earlier fresh process of this code recorded, or None."""
+    path = record_folder(kind, cache_dir) / RECORD
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def record_fingerprint(kind: str, result: dict[str, Any], cache_dir: Path | None = None) -> None:
+    """Keep one fresh process's fingerprint for later runs (the first record stays)."""
+    if result.get("kind") != kind:
+        raise ValueError(f"a {result.get('kind')!r} fingerprint recorded as {kind!r}")
+    fill_once(
+        record_folder(kind, cache_dir),
+        RECORD,
+        lambda partial: (partial / RECORD).write_text(json.dumps(result, sort_keys=True)),
+    )
 
 
 def fingerprints_in_subprocesses(kind: str, processes: int = 2) -> list[dict[str, Any]]:

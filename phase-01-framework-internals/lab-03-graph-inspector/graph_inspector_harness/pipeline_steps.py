@@ -8,7 +8,9 @@ Every pass/fail limit of the demo is declared once, in :data:`THRESHOLDS`. Data:
 topics) from :mod:`phase01_common.bbc_news`; tokenizer: the MiniLM checkpoint's
 ``tokenizer.json``; model: BERT-tiny trained from scratch (what fits a couple of minutes on two
 CPU cores), once per setting and code: :mod:`graph_inspector_harness.bert_training` caches it,
-and every later step runs on the model, trained or loaded, in every run.
+and every later step runs on the model, trained or loaded, in every run. The converter's output
+for those weights is cached too (:mod:`graph_inspector_harness.tflite_cache`); validating,
+evaluating and timing the converted models run in every run.
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ from graph_inspector.pipeline import (
     keras_predict,
 )
 from graph_inspector.savedmodel import SERVING_KEY, load_serving_fn
-from graph_inspector.tflite import ConversionResult, TFLiteModel, convert_savedmodel
+from graph_inspector.tflite import ConversionResult, Converter, TFLiteModel, convert_savedmodel
 from phase01_common.report import Check, Image, Table, step
 from phase01_common.timing import time_interleaved
 from phase01_common.units import format_bytes
 
-from graph_inspector_harness.bert_training import TrainedBert, load_data, load_or_train
+from graph_inspector_harness.bert_training import WEIGHTS, TrainedBert, load_data, load_or_train
+from graph_inspector_harness.tflite_cache import cached_converter, conversion_key
 
 
 @dataclass(frozen=True)
@@ -126,11 +129,20 @@ def export_untracked_module(model, export_dir: str | Path, seq_len: int) -> Path
     return export_dir
 
 
-def trap_is_caught(model, out_dir: Path, seq_len: int, probes: dict[str, np.ndarray]):
-    """Export the trap and convert it: (validation refused it, the message)."""
+def trap_is_caught(
+    model,
+    out_dir: Path,
+    seq_len: int,
+    probes: dict[str, np.ndarray],
+    convert: Converter | None = None,
+):
+    """Export the trap and convert it (``convert``: as :func:`convert_savedmodel` takes it):
+    (validation refused it, the message)."""
     trap_dir = export_untracked_module(model, out_dir / "savedmodel_untracked", seq_len)
     try:
-        convert_savedmodel(trap_dir, out_dir / "tflite_untracked", probe_inputs=probes)
+        convert_savedmodel(
+            trap_dir, out_dir / "tflite_untracked", probe_inputs=probes, convert=convert
+        )
         return False, "converted and passed validation (trap not reproduced)"
     except ConversionError as exc:
         return True, str(exc)
@@ -221,7 +233,7 @@ def run_demo(out_dir: Path, quick: bool = False) -> PipelineResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = TrainConfig(seq_len=64 if quick else 128, epochs=3)
     seconds: dict[str, float] = {}
-    with step("load BBC News and tokenize (MiniLM tokenizer.json)"):
+    with step("load BBC News and tokenize (MiniLM tokenizer.json; or this code's cached tokens)"):
         start = time.perf_counter()
         data = load_data(cfg)
         seconds["tokenize"] = time.perf_counter() - start
@@ -243,14 +255,28 @@ def run_demo(out_dir: Path, quick: bool = False) -> PipelineResult:
                 model, out_dir, cfg.seq_len, data.dev_inputs
             )
     probes = {k: v[: THRESHOLDS.validation_probes] for k, v in data.dev_inputs.items()}
-    with step("convert to TFLite float32 and dynamic-range, validate both"):
-        conversion = convert_savedmodel(savedmodel_dir, out_dir / "tflite", probe_inputs=probes)
+    converters = {
+        route: cached_converter(
+            conversion_key(trained.folder / WEIGHTS, route, cfg.seq_len, probes, Path(__file__))
+        )
+        for route in ("keras export", "untracked tf.Module")
+    }
+    with step("convert to TFLite float32 and dynamic-range (or read this code's cached "
+              "conversion of these weights), validate both"):  # fmt: skip
+        conversion = convert_savedmodel(
+            savedmodel_dir,
+            out_dir / "tflite",
+            probe_inputs=probes,
+            convert=converters["keras export"],
+        )
     with step("evaluate TFLite models in LiteRT on the dev split"):
         tflite = {f"tflite_{q}": TFLiteModel(p) for q, p in conversion.paths.items()}
         logits = {"tf": tf_logits, "savedmodel": sm_logits}
         logits |= {name: m.predict(data.dev_inputs) for name, m in tflite.items()}
     with step("show the Keras 3 variable trap is caught by the validator"):
-        trap_caught, trap_message = trap_is_caught(model, out_dir, cfg.seq_len, probes)
+        trap_caught, trap_message = trap_is_caught(
+            model, out_dir, cfg.seq_len, probes, converters["untracked tf.Module"]
+        )
     with step("batch-1 latency: TF SavedModel, TFLite float32, TFLite dynamic-range"):
         repeats = THRESHOLDS.latency_repeats[0 if quick else 1]
         latency = batch1_latency(serving, tflite, data.dev_inputs, repeats)

@@ -104,8 +104,10 @@ def quantization_part(section: Section, out_dir: Path) -> None:
             ],
         )
     )
+    from graph_inspector_harness.tflite_cache import cached_mode_conversions
+
     model = make_outlier_model(out_dir / "outlier_savedmodel")
-    results = compare_modes(model)
+    results = compare_modes(model, conversions=cached_mode_conversions(model))
     section.tables.append(
         Table(
             "TFLite modes on a classifier with one outlier unit (the float function is unchanged; "
@@ -147,16 +149,12 @@ def quantization_part(section: Section, out_dir: Path) -> None:
 # --- 4. XLA and MLIR -----------------------------------------------------------------------
 
 
-def xla_mlir_part(section: Section) -> None:
+def xla_mlir_part(section: Section, classify: Any, report: Any) -> None:
+    """XLA's and MLIR's view of ``classify`` (BERT-tiny's forward) at [1, 128]; ``report`` is its
+    :class:`~graph_inspector.graph_model.GraphReport` at that shape (its concrete function)."""
     import tensorflow as tf
-    from graph_inspector.bert import BertConfig, BertForSequenceClassification
     from graph_inspector.compiler_stats import mlir_stages
-    from graph_inspector.inspect_graph import trace_and_inspect, xla_stats
-
-    model = BertForSequenceClassification(BertConfig(), num_labels=NUM_LABELS)
-
-    def classify(input_ids, attention_mask, token_type_ids):
-        return model(input_ids, attention_mask, token_type_ids, training=False)
+    from graph_inspector.inspect_graph import xla_stats
 
     ids = tf.zeros([1, 128], tf.int32)
     rows: list[list[Any]] = []
@@ -169,7 +167,6 @@ def xla_mlir_part(section: Section) -> None:
     except Exception as exc:  # noqa: BLE001 - optional analysis: say why it is missing
         rows.append(["XLA", f"not compiled: {type(exc).__name__}"])
     try:
-        report = trace_and_inspect(classify, ids, tf.ones_like(ids), tf.zeros_like(ids))
         for stage in mlir_stages(report.concrete_function):
             dialects = ", ".join(f"{d} {n}" for d, n in stage.by_dialect().items())
             rows.append([f"MLIR ops, {stage.stage}", stage.error or dialects])
