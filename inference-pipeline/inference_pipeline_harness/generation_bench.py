@@ -47,6 +47,7 @@ from inference_pipeline.generation.engine import (
     ContinuousBatchingEngine,
     EngineRunner,
     StaticBatchingEngine,
+    blocks_for_sequences,
 )
 from inference_pipeline.generation.requests import GenerationRequest
 from inference_pipeline.generation.runtime import StepFunction
@@ -282,10 +283,10 @@ def make_engine(
         grow = step.config.max_positions if kind == "static-full-width" else 32
         return StaticBatchingEngine(step, batch_size=concurrency, max_wait_s=0.05, grow=grow)
     seqs = max_num_seqs or concurrency
-    per_sequence = -(-step.config.max_positions // 16)
     return ContinuousBatchingEngine(
         step, max_num_seqs=seqs, max_num_batched_tokens=max(budget, seqs),
-        num_blocks=num_blocks or concurrency * per_sequence, prefix_caching=prefix_caching,
+        num_blocks=num_blocks or blocks_for_sequences(step.config, concurrency),
+        prefix_caching=prefix_caching,
         reserve_up_front=kind == "reserve-up-front",
         short_width=step.config.max_positions if kind == "continuous-one-past" else None,
         overlap_prefill=kind != "continuous-serial",

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from inference_pipeline.generation.dense_past import DensePast
+from inference_pipeline.generation.model import GPTConfig
 from inference_pipeline.generation.paged_cache import PagedKVCache
 from inference_pipeline.generation.requests import (
     GenerationRequest,
@@ -138,6 +139,11 @@ class _Engine:
         raise RuntimeError(f"still busy after {max_iterations} iterations")
 
 
+def blocks_for_sequences(config: GPTConfig, sequences: int, block_size: int = 16) -> int:
+    """KV blocks that hold ``sequences`` full-context sequences: the engine's default pool."""
+    return sequences * -(-config.max_positions // block_size)
+
+
 class ContinuousBatchingEngine(_Engine):
     def __init__(
         self,
@@ -154,10 +160,9 @@ class ContinuousBatchingEngine(_Engine):
         admission_delay_factor: float = DEFAULT_ADMISSION_DELAY_FACTOR,
     ) -> None:
         super().__init__(step, max_queue)
-        per_sequence = -(-self.config.max_positions // block_size)
         self.cache = PagedKVCache(
             self.config,
-            num_blocks or max_num_seqs * per_sequence,
+            num_blocks or blocks_for_sequences(self.config, max_num_seqs, block_size),
             block_size,
             prefix_caching=prefix_caching and not reserve_up_front,
         )
