@@ -147,7 +147,7 @@ def cache_plan(keys: list[str], quick: bool) -> str:
     from inference_pipeline.generation.train import checkpoint_path
     from inference_pipeline.model import default_cache_dir
     from inference_pipeline.pipeline import BuildSettings, build_key
-    from inference_pipeline_harness.generation_report import DEMO_TRAINING
+    from inference_pipeline_harness.generation_bench import DEMO_TRAINING
 
     cache = default_cache_dir()
     gpt = DEMO_TRAINING

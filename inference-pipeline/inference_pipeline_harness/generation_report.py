@@ -19,14 +19,10 @@ from inference_pipeline.generation.gates import cache_equality_gate, eval_prompt
 from inference_pipeline.generation.model import GPT, TINY_CONFIG
 from inference_pipeline.generation.requests import GenerationRequest
 from inference_pipeline.generation.runtime import OrtStep, TorchStep
-from inference_pipeline.generation.train import TrainSettings, corpus_bytes
+from inference_pipeline.generation.train import corpus_bytes
 from phase01_common.report import Check, Image, Section, Table
 
-from inference_pipeline_harness.generation_bench import benchmark, plot, verdict
-
-# The demo's GPT: half the command line's default budget (`train-gpt`, 1200 steps), so a
-# first `make demo` trains it in about 3 minutes; `make bench` and `train-gpt` train longer.
-DEMO_TRAINING = TrainSettings(steps=600)
+from inference_pipeline_harness.generation_bench import DEMO_TRAINING, benchmark, plot, verdict
 
 
 def _tiny_model() -> GPT:
