@@ -13,13 +13,22 @@ The CPU kernel is compiled three times, once per instruction set, each file with
 one the CPU supports when it first runs. No file is built with -march=native, so the .so runs
 on any x86-64 CPU. The per-variant flags live in csrc/simd_flags.json, which CMakeLists.txt
 reads too, so the two builds cannot drift apart.
+
+Built libraries are kept in a build cache (``~/.cache/warp_softmax/<key>/``, moved by
+``WARP_SOFTMAX_BUILD_CACHE``) under a key that hashes every source, this file, the torch, the
+compiler and the CUDA settings: reinstalling the same key (a fresh clone, ``make setup`` after
+``make clean``) copies the library instead of compiling it again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
+import shutil
+import subprocess
+import sys
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -77,13 +86,56 @@ COMMON_CXX_FLAGS = ["-O3", "-fopenmp", "-std=c++20", "-Wall", "-Wno-unknown-prag
 KERNEL_CXX_FLAGS = ["-Wno-maybe-uninitialized", "-Wno-uninitialized", "-Wno-psabi"]
 
 
+def build_key(capabilities: list[str], with_cuda: bool) -> str:
+    """A digest of everything that decides the built library: every file in csrc/, this file
+    (the flags), the torch it compiles against, the compiler, the interpreter and the CUDA
+    settings. Two builds with one key compile the same sources with the same tools and flags."""
+    digest = hashlib.sha256()
+    for path in sorted((HERE / CSRC).iterdir()):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update(Path(__file__).resolve().read_bytes())
+    compiler = os.environ.get("CXX", "c++")
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    facts = [torch.__version__, str(torch.version.cuda), compiler, version, sys.version,
+             platform.machine(), ",".join(capabilities), str(with_cuda),
+             os.environ.get("TORCH_CUDA_ARCH_LIST", "")]  # fmt: skip
+    digest.update("\0".join(facts).encode())
+    return digest.hexdigest()[:16]
+
+
+def build_cache_dir() -> Path:
+    """Where built libraries are kept by :func:`build_key` (``WARP_SOFTMAX_BUILD_CACHE``
+    moves it): a fresh clone on a machine that built the same key copies the library instead
+    of compiling it again (about a minute of two cores), as ccache would."""
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "warp_softmax"
+    return Path(os.environ.get("WARP_SOFTMAX_BUILD_CACHE", default))
+
+
 class BuildWarpSoftmax(cpp_extension.BuildExtension):
     """BuildExtension that compiles each capability file with its own flags and names the
     library plainly ``warp_softmax.so`` (no Python ABI tag: it is loaded by path, not import)."""
 
     capabilities: list[str] = []
+    with_cuda = False
 
     def build_extension(self, ext) -> None:  # type: ignore[override]
+        """The library from the build cache when its key was built before, else compiled
+        (:meth:`compile_extension`) and then kept in the cache."""
+        target = Path(self.get_ext_fullpath(ext.name))
+        key = build_key(self.capabilities, self.with_cuda)
+        cached = build_cache_dir() / key / target.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if cached.is_file():
+            shutil.copyfile(cached, target)
+            print(f"warp_softmax: reusing the cached build {cached} (sources + tools key {key})")
+            return
+        self.compile_extension(ext)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(f".partial-{os.getpid()}")
+        shutil.copyfile(target, partial)
+        partial.replace(cached)  # atomic: a reader never sees half a library
+
+    def compile_extension(self, ext) -> None:
         # Each capability file is its own compile (its own folder: the ninja compile writes one
         # build.ninja per output folder). They run on a thread pool beside the generic file's
         # compile, which takes the longest, and the link waits for them.
@@ -162,6 +214,7 @@ def main() -> None:
             )
             os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list
     BuildWarpSoftmax.capabilities = capabilities
+    BuildWarpSoftmax.with_cuda = with_cuda
     # Name, version and packages come from pyproject.toml.
     setup(
         ext_modules=[_extension(capabilities, with_cuda)],

@@ -1,13 +1,17 @@
-"""The builds: setup.py's choices (SIMD flags, default CUDA architectures), the CMake build
-loaded with torch.ops.load_library, and the package loading the library exactly once."""
+"""The builds: setup.py's choices (SIMD flags, default CUDA architectures, the build cache's
+key), the CMake build loaded with torch.ops.load_library, and the package loading the library
+exactly once."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shlex
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import cmake as cmake_package
@@ -136,3 +140,46 @@ def test_cmake_build_loads_and_runs(tmp_path):
     assert result["err"] <= 1e-6 and result["grad_finite"]
     assert result["package_imported"] is False
     assert result["capability"] == warp_softmax.cpu_capability()
+
+
+def test_build_key_changes_with_sources_tools_and_settings(tmp_path, monkeypatch):
+    setup_py = load_setup_py()
+    caps = ["default", "avx2", "avx512"]
+    key = setup_py.build_key(caps, False)
+    assert key == setup_py.build_key(caps, False)  # deterministic
+    assert setup_py.build_key(["default"], False) != key
+    assert setup_py.build_key(caps, True) != key
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    assert setup_py.build_key(caps, False) != key
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST")
+    monkeypatch.setenv("CXX", "g++")  # another compiler name (its --version is hashed too)
+    assert setup_py.build_key(caps, False) != key
+    monkeypatch.delenv("CXX")
+    # any source file: a copy of csrc/ with one byte changed in one header
+    copy = tmp_path / "lab"
+    shutil.copytree(LAB_DIR / "csrc", copy / "csrc")
+    monkeypatch.setattr(setup_py, "HERE", copy)
+    assert setup_py.build_key(caps, False) == key
+    header = copy / "csrc" / "checks.h"
+    header.write_text(header.read_text() + "\n")
+    assert setup_py.build_key(caps, False) != key
+
+
+def test_a_cached_build_is_copied_instead_of_compiled(tmp_path):
+    """setup.py's build with a library already in the build cache under this build's key:
+    the cached file is what lands in the package folder, and nothing is compiled."""
+    setup_py = load_setup_py()
+    key = setup_py.build_key(setup_py._capabilities(), setup_py._with_cuda())
+    cached = tmp_path / "cache" / key / "warp_softmax.so"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"a library built earlier")
+    env = os.environ | {"WARP_SOFTMAX_BUILD_CACHE": str(tmp_path / "cache")}
+    env.pop("TORCH_CUDA_ARCH_LIST", None)
+    lib, temp = tmp_path / "lib", tmp_path / "temp"
+    command = [sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(lib),
+               "--build-temp", str(temp)]  # fmt: skip
+    proc = subprocess.run(command, cwd=LAB_DIR, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"reusing the cached build {cached}" in proc.stdout
+    assert (lib / "warp_softmax" / "warp_softmax.so").read_bytes() == cached.read_bytes()
+    assert not list(temp.rglob("*.o"))  # no compile ran
