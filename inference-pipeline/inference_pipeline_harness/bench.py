@@ -111,11 +111,17 @@ QUICK_ITERATIONS = 6
 
 
 def run_bench(
-    repo: Path, threads: int, iterations: int, progress=print, pinning: bool = True
+    repo: Path,
+    threads: int,
+    iterations: int,
+    progress=print,
+    pinning: bool = True,
+    batch8_rounds: int | None = None,
 ) -> BenchResult:
     """Time torch eager and every promoted variant of ``repo``; OpenVINO's default and our
     OpenVINO rows all run with the same threading knobs (``openvino_runtime.threading_settings``),
-    ``pinning`` included (True: OpenVINO's default)."""
+    ``pinning`` included (True: OpenVINO's default). Batch 8 gets ``batch8_rounds`` rounds
+    (default: a fifth of ``iterations``, at least 3)."""
     import onnxruntime as ort
     import torch
     from inference_pipeline.model import FineTuneConfig, load_or_train, torch_outputs
@@ -165,7 +171,7 @@ def run_bench(
         f"batch 1: {iterations} interleaved rounds over {len(runners)} models, {threads} threads"
     )
     latency = interleaved_ms(runners, inputs["one"], iterations, progress=progress)
-    rounds = max(3, iterations // 5)
+    rounds = batch8_rounds or max(3, iterations // 5)
     progress(f"batch {THROUGHPUT_BATCH}: {rounds} interleaved rounds")
     batched = interleaved_ms(runners, inputs["eight"], rounds, progress=progress)
     for name in runners:

@@ -79,8 +79,11 @@ def _merge(section: Section, module_name: str, out_dir: Path, quick: bool, repo:
         return
     try:
         kwargs = {}
-        if "repository" in inspect.signature(module.build_subsection).parameters:
+        parameters = inspect.signature(module.build_subsection).parameters
+        if "repository" in parameters:
             kwargs["repository"] = repo
+        if "smoke" in parameters:  # the quick demo runs the subsection's smoke variant
+            kwargs["smoke"] = quick
         short = quick or module_name in SHORT_IN_DEMO
         with step(f"{module_name}{' (short)' if short else ''}"):
             sub = module.build_subsection(out_dir / module_name, short, **kwargs)

@@ -46,6 +46,9 @@ class BenchSettings:
     overhead_samples: int = 300
     length_aware: bool = True  # also compare length-aware grouping on mixed lengths
     stages: bool = True  # per-stage times at c=16, batched/unbatched x shared/pinned cores
+    # with rounds == 1: the sweep's c=16 level is the batching comparison's short-text window
+    # (the same measurement: same servers, texts, concurrency and window), not timed again
+    sweep_reuses_c16: bool = False
 
 
 @dataclass
@@ -186,7 +189,18 @@ def pin(pid: int, cores: set[int]) -> None:
             pass
 
 
-def stage_breakdown(folder: Path, name: str, texts: list[str], s: BenchSettings) -> dict:
+# The stage breakdown's servers: the model on 1 thread (the batched one, and the same with
+# "--max-batch-size 1").
+STAGE_FLAGS = ("--threads", "1", "--log-level", "warning")
+
+
+def stage_breakdown(
+    folder: Path,
+    name: str,
+    texts: list[str],
+    s: BenchSettings,
+    servers: dict[str, tuple[str, int]] | None = None,
+) -> dict:
     """Where a request's time goes at concurrency 16, batched vs max_batch_size 1, with the
     load generator sharing the server's cores ("shared") and with the server on core 0 and
     the load generator (this process) on core 1 ("pinned"), interleaved round by round.
@@ -194,45 +208,46 @@ def stage_breakdown(folder: Path, name: str, texts: list[str], s: BenchSettings)
     the cores. Figures are ms per answered request (batch stages: the batch's time / its
     requests, the CPU each request costs); "batch wall" is a batch's whole time (what each of
     its requests waits); "other in server" is the in-server time left (waiting for the event
-    loop to resume the request after its batch, or for a worker thread)."""
+    loop to resume the request after its batch, or for a worker thread). ``servers``
+    (config -> (url, pid)) are servers started with ``STAGE_FLAGS`` (the unbatched one with
+    "--max-batch-size 1"); without them the two are started here. Figures are counter deltas
+    around each window, so servers that already served load measure the same."""
     from inference_pipeline.serving.metrics import STAGES
 
+    if servers is None:
+        with (
+            server_process(folder, *STAGE_FLAGS) as (batched_url, batched),
+            server_process(folder, *STAGE_FLAGS, "--max-batch-size", "1") as (unbatched_url, un),
+        ):
+            servers = {"batched": (batched_url, batched.pid), "unbatched": (unbatched_url, un.pid)}
+            return stage_breakdown(folder, name, texts, s, servers)
     cores = sorted(os.sched_getaffinity(0))
     placements = ["shared"] + (["pinned"] if len(cores) >= 2 else [])
     if len(placements) == 1:
         log("stage breakdown: one core only, so no pinned placement")
-    flags = ["--threads", "1", "--log-level", "warning"]
     measured: dict[str, dict[str, list[dict]]] = {
         p: {"batched": [], "unbatched": []} for p in placements
     }
-    with (
-        server_process(folder, *flags) as (batched_url, batched),
-        server_process(folder, *flags, "--max-batch-size", "1") as (unbatched_url, unbatched),
-    ):
-        servers = {
-            "batched": (batched_url, batched.pid),
-            "unbatched": (unbatched_url, unbatched.pid),
-        }
-        try:
-            for index in range(s.rounds):
-                for placement in placements if index % 2 == 0 else placements[::-1]:
-                    for config, (url, pid) in servers.items():
-                        if placement == "pinned":
-                            pin(pid, {cores[0]})
-                            pin(os.getpid(), {cores[1]})
-                        else:
-                            pin(pid, set(cores))
-                            pin(os.getpid(), set(cores))
-                        before = stage_counters(url)
-                        result = measure(url, name, texts, 16, s)
-                        after = stage_counters(url)
-                        delta = {k: after[k] - before[k] for k in after}
-                        measured[placement][config].append({"result": result, "delta": delta})
-                log(f"stage breakdown round {index + 1}/{s.rounds} done")
-        finally:
-            for _, pid in servers.values():
-                pin(pid, set(cores))
-            pin(os.getpid(), set(cores))
+    try:
+        for index in range(s.rounds):
+            for placement in placements if index % 2 == 0 else placements[::-1]:
+                for config, (url, pid) in servers.items():
+                    if placement == "pinned":
+                        pin(pid, {cores[0]})
+                        pin(os.getpid(), {cores[1]})
+                    else:
+                        pin(pid, set(cores))
+                        pin(os.getpid(), set(cores))
+                    before = stage_counters(url)
+                    result = measure(url, name, texts, 16, s)
+                    after = stage_counters(url)
+                    delta = {k: after[k] - before[k] for k in after}
+                    measured[placement][config].append({"result": result, "delta": delta})
+            log(f"stage breakdown round {index + 1}/{s.rounds} done")
+    finally:
+        for _, pid in servers.values():
+            pin(pid, set(cores))
+        pin(os.getpid(), set(cores))
     out: dict[str, dict] = {}
     for placement, configs in measured.items():
         out[placement] = {}
@@ -305,11 +320,21 @@ def length_aware_comparison(urls: dict[str, str], model: str, loads: dict, s: Be
     return {name: summary(results) for name, results in rounds.items()}
 
 
-def concurrency_sweep(urls: dict[str, str], model: str, texts: list[str], s: BenchSettings):
+def concurrency_sweep(
+    urls: dict[str, str],
+    model: str,
+    texts: list[str],
+    s: BenchSettings,
+    known: dict[int, dict[str, LevelResult]] | None = None,
+):
+    """Each level on each server; ``known`` (concurrency -> server -> window) holds levels
+    already measured on these servers with these texts and settings, used as they are."""
+    known = known or {}
     series: dict[str, list[LevelResult]] = {name: [] for name in urls}
     for concurrency in s.sweep:
         for name, url in urls.items():
-            series[name].append(measure(url, model, texts, concurrency, s))
+            window = known.get(concurrency, {}).get(name)
+            series[name].append(window or measure(url, model, texts, concurrency, s))
         log(f"sweep c={concurrency}: " + ", ".join(
             f"{n} {series[n][-1].throughput:.1f}/s" for n in series))  # fmt: skip
     return series
@@ -417,14 +442,21 @@ def run_bench(
         folder, loads["short"][: 100 if s.quick else 300], s.threads
     )
     log(f"batcher overhead p50: {results.overhead['overhead_ms']:.3f} ms")
-    flags = ["--threads", str(s.threads), "--log-level", "warning"]
+    flags = ("--threads", str(s.threads), "--log-level", "warning")
+    # Servers started with the stage breakdown's flags serve it too (its figures are counter
+    # deltas per window), so it starts no servers of its own.
+    shared_stages = s.stages and flags == STAGE_FLAGS
     with (
-        server_process(folder, *flags) as (batched_url, _),
-        server_process(folder, *flags, "--max-batch-size", "1") as (unbatched_url, _),
+        server_process(folder, *flags) as (batched_url, batched),
+        server_process(folder, *flags, "--max-batch-size", "1") as (unbatched_url, unbatched),
     ):
         urls = {"batched": batched_url, "unbatched": unbatched_url}
         results.batching = batching_comparison(urls, name, loads, s)
-        sweep = concurrency_sweep(urls, name, loads["short"], s)
+        known = {}
+        if s.sweep_reuses_c16 and s.rounds == 1:
+            raw = results.batching["short"]["raw"]
+            known[16] = {config: LevelResult(**raw[config][-1]) for config in urls}
+        sweep = concurrency_sweep(urls, name, loads["short"], s, known)
         results.sweep = {n: [r.as_dict() for r in rs] for n, rs in sweep.items()}
         if s.length_aware:
             with server_process(folder, *flags, "--no-length-aware") as (plain_url, _):
@@ -432,7 +464,13 @@ def run_bench(
                 results.length_aware = length_aware_comparison(pair, name, loads, s)
         if s.ray:
             results.ray = ray_comparison(folder, name, loads["short"], batched_url, s)
-    if s.stages:
+        if shared_stages:
+            pids = {
+                "batched": (batched_url, batched.pid),
+                "unbatched": (unbatched_url, unbatched.pid),
+            }
+            results.stages = stage_breakdown(folder, name, loads["short"], s, pids)
+    if s.stages and not shared_stages:
         results.stages = stage_breakdown(folder, name, loads["short"], s)
     return results
 
@@ -497,21 +535,33 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def build_subsection(out_dir: Path, quick: bool, repository: Path | None = None):
+def build_subsection(
+    out_dir: Path, quick: bool, repository: Path | None = None, smoke: bool = False
+):
     """The serving part of the inference-pipeline report (a phase01_common Section).
 
     ``repository`` defaults to ${INFERENCE_PIPELINE_REPOSITORY}; the quick variant runs one
-    short round of 1-second windows without Ray (about 35 s), the full one is `make bench`.
+    short round of 1-second windows without Ray (about 35 s), the full one is `make bench`;
+    ``smoke`` (the quick demo's) runs ``bench_settings(smoke=True)``.
     """
     from inference_pipeline_harness.serving_report import section_from_results, write_outputs
 
     repository = find_repository(str(repository) if repository else os.environ.get(REPOSITORY_ENV))
-    results = run_bench(repository, bench_settings(quick, ray=not quick))
+    settings = bench_settings(quick, ray=not quick, smoke=smoke)
+    results = run_bench(repository, settings)
     write_outputs(results, out_dir)
     return section_from_results(results, out_dir)
 
 
-def bench_settings(quick: bool, ray: bool = True) -> BenchSettings:
+def bench_settings(quick: bool, ray: bool = True, smoke: bool = False) -> BenchSettings:
+    """The full bench, its quick variant (`--quick`, the full demo's short run), or the smoke
+    run of the quick demo: every table and check of the quick variant, from shorter windows,
+    with the model on 1 thread so the stage breakdown reuses the two main servers (3 servers
+    started, not 5) and the sweep's c=16 level reuses the batching comparison's window."""
+    if smoke:
+        return BenchSettings(quick=True, duration_s=0.6, rounds=1, sweep=(1, 4, 16), ray=False,
+                             threads=1, warmup_s=0.3, texts=200, overhead_samples=100,
+                             sweep_reuses_c16=True)  # fmt: skip
     if quick:
         return BenchSettings(quick=True, duration_s=1.0, rounds=1, sweep=(1, 4, 16), ray=False,
                              texts=200, overhead_samples=100)  # fmt: skip

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import json
 
-from inference_pipeline_harness import serving_report
-from inference_pipeline_harness.serving_bench import BenchSettings, choose_model, run_bench
+from inference_pipeline_harness import serving_bench, serving_report
+from inference_pipeline_harness.serving_bench import (
+    STAGE_FLAGS,
+    BenchSettings,
+    bench_settings,
+    choose_model,
+    run_bench,
+    stage_breakdown,
+)
 from inference_pipeline_harness.serving_fixtures import TINY_MODEL, sample_texts, tiny_repository
 
 
@@ -30,12 +37,33 @@ def test_choose_model_prefers_the_promoted_default_then_int8_and_says_when_it_fa
     assert name == TINY_MODEL and "no INT8 variant" in note
 
 
-def test_toy_bench_measures_and_builds_its_report(tmp_path):
-    settings = BenchSettings(quick=True, duration_s=0.3, rounds=1, sweep=(2,), ray=False,
+def recording_servers(monkeypatch) -> list[tuple[str, ...]]:
+    """The flags of every server the bench starts (the servers run as they would)."""
+    started: list[tuple[str, ...]] = []
+    real = serving_bench.server_process
+
+    def recording(folder, *flags, **kwargs):
+        started.append(flags)
+        return real(folder, *flags, **kwargs)
+
+    monkeypatch.setattr(serving_bench, "server_process", recording)
+    return started
+
+
+def test_toy_bench_measures_and_builds_its_report(tmp_path, monkeypatch):
+    # the smoke settings' shape: 1 model thread (the stage breakdown's), c=16 window reused
+    settings = BenchSettings(quick=True, duration_s=0.3, rounds=1, sweep=(2, 16), ray=False,
                              warmup_s=0.1, overhead_samples=20, length_aware=False,
-                             stages=True)  # fmt: skip
+                             stages=True, threads=1, sweep_reuses_c16=True)  # fmt: skip
     loads = {"short": sample_texts(40, seed=12, max_words=5), "long": sample_texts(40, seed=13)}
+    started = recording_servers(monkeypatch)
     results = run_bench(tiny_repository(), settings, loads)
+    # the stage breakdown ran on the two main servers (same flags): two servers in all
+    assert started == [STAGE_FLAGS, (*STAGE_FLAGS, "--max-batch-size", "1")]
+    # the sweep's c=16 level is the batching comparison's short-text window itself
+    for config in ("batched", "unbatched"):
+        assert [row["level"] for row in results.sweep[config]] == [2, 16]
+        assert results.sweep[config][-1] == results.batching["short"]["raw"][config][-1]
     for workload in ("short", "long"):
         for config in ("batched", "unbatched"):
             figures = results.batching[workload][config]
@@ -63,3 +91,25 @@ def test_toy_bench_measures_and_builds_its_report(tmp_path):
     checks = serving_report.checks(results)
     assert [c.benchmark for c in checks] == [True, True, True, False]
     assert checks[-1].passed  # no request failed
+
+
+def test_stage_breakdown_without_servers_starts_its_own_two_on_one_thread(monkeypatch):
+    settings = BenchSettings(quick=True, duration_s=0.3, rounds=1, sweep=(2,), ray=False,
+                             warmup_s=0.1)  # fmt: skip
+    started = recording_servers(monkeypatch)
+    folder = tiny_repository() / TINY_MODEL
+    stages = stage_breakdown(folder, TINY_MODEL, sample_texts(40, seed=12, max_words=5), settings)
+    assert started == [STAGE_FLAGS, (*STAGE_FLAGS, "--max-batch-size", "1")]
+    for placement, configs in stages.items():
+        assert configs["unbatched"]["avg batch"] == 1.0, placement
+        assert configs["batched"]["throughput"] > 0 and configs["batching ratio"] > 0
+
+
+def test_the_smoke_settings_have_every_table_and_share_the_stage_breakdown_servers():
+    quick, smoke = bench_settings(True), bench_settings(True, smoke=True)
+    assert not quick.sweep_reuses_c16 and not bench_settings(False).sweep_reuses_c16
+    # every table's data: the same sweep levels (c=16 among them), stages, length-aware
+    assert smoke.sweep == quick.sweep and 16 in smoke.sweep and smoke.rounds == 1
+    assert smoke.stages and smoke.length_aware and not smoke.ray and smoke.sweep_reuses_c16
+    # the main servers' flags are the stage breakdown's, so it starts none of its own
+    assert STAGE_FLAGS[STAGE_FLAGS.index("--threads") + 1] == str(smoke.threads)
