@@ -117,11 +117,13 @@ def run_bench(
     progress=print,
     pinning: bool = True,
     batch8_rounds: int | None = None,
+    warmup: int = 3,
 ) -> BenchResult:
     """Time torch eager and every promoted variant of ``repo``; OpenVINO's default and our
     OpenVINO rows all run with the same threading knobs (``openvino_runtime.threading_settings``),
     ``pinning`` included (True: OpenVINO's default). Batch 8 gets ``batch8_rounds`` rounds
-    (default: a fifth of ``iterations``, at least 3)."""
+    (default: a fifth of ``iterations``, at least 3); every model gets ``warmup`` untimed calls
+    at each batch size first."""
     import onnxruntime as ort
     import torch
     from inference_pipeline.model import FineTuneConfig, load_or_train, torch_outputs
@@ -170,10 +172,10 @@ def run_bench(
     progress(
         f"batch 1: {iterations} interleaved rounds over {len(runners)} models, {threads} threads"
     )
-    latency = interleaved_ms(runners, inputs["one"], iterations, progress=progress)
+    latency = interleaved_ms(runners, inputs["one"], iterations, warmup, progress=progress)
     rounds = batch8_rounds or max(3, iterations // 5)
     progress(f"batch {THROUGHPUT_BATCH}: {rounds} interleaved rounds")
-    batched = interleaved_ms(runners, inputs["eight"], rounds, progress=progress)
+    batched = interleaved_ms(runners, inputs["eight"], rounds, warmup, progress=progress)
     for name in runners:
         p50, p90, p99 = percentiles(latency[name]).values()
         kind, route, runtime = kinds[name]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 from phase01_common.report import step
 
@@ -57,13 +58,21 @@ def fusion_rows(result) -> list[list[object]]:
     ]
 
 
-# Demo bench rounds at batch 1 and at batch 8: every model is timed in each round, so the
-# p50 ranking and the ratios to torch eager and to OpenVINO's default come from the same
-# rounds; the full demo's 12 at batch 1 give the report's medians (a p99 of 12 or of 20 rounds
-# is close to the slowest round either way) and 3 at batch 8 (a fifth, at least 3, as
-# `bench`); the quick demo is a smoke run: every model timed in 3 rounds at batch 1 and once at
-# batch 8 (after its warm-up calls), figures not to quote; `make bench` runs 100.
-DEMO_ROUNDS = {True: (3, 1), False: (12, 3)}
+class DemoRounds(NamedTuple):
+    batch1: int  # interleaved rounds at batch 1
+    batch8: int  # and at batch 8
+    warmup: int  # untimed calls of every model at each batch size first
+
+
+# Every model is timed in each round, so the p50 ranking and the ratios to torch eager and to
+# OpenVINO's default come from the same rounds. The full demo's 12 rounds at batch 1 give the
+# report's medians (a p99 of 12 or of 20 rounds is close to the slowest round either way), 3
+# at batch 8 (a fifth, at least 3, as `bench`), after `bench`'s 3 warm-up calls. The quick
+# demo is a smoke run (every model and table, figures not to quote): 5 rounds at batch 1 (a
+# median that one slow round on the shared machine does not move) and 1 at batch 8 (a batch
+# of 8 costs ~8 batch-1 calls), each after 1 warm-up call (the first call's allocations and
+# compiles). `make bench` runs 100 rounds.
+DEMO_ROUNDS = {True: DemoRounds(5, 1, 1), False: DemoRounds(12, 3, 3)}
 
 
 def run(
@@ -88,13 +97,17 @@ def run(
     served = default_models(repository.read_manifest(result.repository))
     with step(f"gate: re-run on the written repository's default models ({', '.join(served)})"):
         reports = gate_repository(result.repository, only=served)
-    rounds, batch8_rounds = DEMO_ROUNDS[quick]
-    if iterations:
-        rounds, batch8_rounds = iterations, None
+    plan = DEMO_ROUNDS[quick]
+    if iterations:  # as `bench --iterations N`
+        plan = DemoRounds(iterations, max(3, iterations // 5), 3)
     # One intra-op thread: on a shared 2-core machine a 2-thread torch baseline measures
     # scheduling (its OpenMP barrier after every op), not the runtime (see the README).
-    with step(f"bench: {rounds} interleaved rounds, {BENCH_THREADS} thread"):
-        bench = run_bench(result.repository, BENCH_THREADS, rounds, batch8_rounds=batch8_rounds)
+    rounds = f"{plan.batch1} + {plan.batch8} interleaved rounds (batch 1 + 8)"
+    with step(f"bench: {rounds}, {BENCH_THREADS} thread"):
+        bench = run_bench(
+            result.repository, BENCH_THREADS, plan.batch1, batch8_rounds=plan.batch8,
+            warmup=plan.warmup,
+        )  # fmt: skip
     return result, bench, reports
 
 
