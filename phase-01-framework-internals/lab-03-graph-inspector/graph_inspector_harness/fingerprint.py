@@ -1,6 +1,7 @@
 """Graph fingerprints for the determinism check (``python -m graph_inspector_harness.fingerprint
-KIND``) prints ``{"node_count": N, "sha256": H}`` of the GraphReport JSON of a fixed model, so two
-separate processes can be compared (same code + same inputs must give the same graph).
+KIND``) prints ``{"node_count": N, "sha256": H, "hash_probe": P}`` of the GraphReport JSON of a
+fixed model, so two separate processes can be compared (same code + same inputs must give the
+same graph; different probes say the two ran with different hash seeds).
 
 The demo keeps one fresh process's fingerprint in the project's cache, keyed by the source of
 ``graph_inspector`` and of this module and the TensorFlow and Keras versions
@@ -24,6 +25,7 @@ from phase01_common.cache import artifact_key, cache_root, fill_once
 RECORD = "fingerprint.json"
 
 KINDS = ("mlp", "bert")
+HASH_PROBE = "graph_inspector_harness.fingerprint"
 
 
 def mlp_report(batch: int = 4) -> Any:
@@ -73,6 +75,9 @@ def fingerprint(kind: str) -> dict[str, Any]:
         "kind": kind,
         "node_count": report.node_count,
         "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        # str hashes are salted by the process's hash seed: two processes that print different
+        # probes ran with different seeds (what the comparison is meant to span)
+        "hash_probe": hash(HASH_PROBE),
     }
 
 
@@ -148,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    from graph_inspector.cli_checks import import_tensorflow_quietly
+
+    import_tensorflow_quietly()  # as the command line imports it: the same graph either way
     print(json.dumps(fingerprint(args[0]), sort_keys=True))
     return 0
 

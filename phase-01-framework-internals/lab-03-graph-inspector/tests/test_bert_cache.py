@@ -1,6 +1,7 @@
 """Lab 03's BERT-tiny cache: two callers asking at once train once, the one that waited gets
 the trained model back exactly, and a changed setting or training set misses. One tiny run
-(40 articles, 16 tokens, one epoch: 3 steps) in a temporary cache.
+(32 articles, 16 tokens, one epoch: 2 steps of one batch shape, so the training step is traced
+once) in a temporary cache.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ TINY = TrainConfig(seq_len=16, epochs=1, batch_size=16)
 @pytest.fixture(scope="module")
 def tiny_data() -> Data:
     data = load_data(TINY)
-    keep = slice(0, 40)
+    keep = slice(0, 2 * TINY.batch_size)  # whole batches: one shape, one trace
     return dataclasses.replace(
         data,
         train_inputs={k: v[keep] for k, v in data.train_inputs.items()},

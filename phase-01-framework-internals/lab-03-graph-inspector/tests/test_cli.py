@@ -71,6 +71,8 @@ def test_cli_savedmodel_refused_by_tensorflow_is_one_line_from_the_entry_point(t
     (tmp_path / "saved_model.pb").write_bytes(b"\x08\x01")
     run = run_module("graph_inspector", "inspect", str(tmp_path))
     assert "tensorflow" in run.heavy_imports()  # it did reach TensorFlow's own loader
+    # ...without what TensorFlow imports only for features the commands never use
+    assert not {"jax", "sklearn"} & {name.split(".")[0] for name in run.imported}, run.imported
     assert_one_line_from_the_entry_point(run, "could not be loaded as a SavedModel")
     assert "is not a protocol buffer" not in run.stderr_lines[0]
 
