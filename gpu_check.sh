@@ -57,7 +57,11 @@ STEPS="$WORK/steps.tsv"
 : > "$STEPS"
 START=$(date +%s)
 DEADLINE=$(( START + BUDGET_S - REPORT_S ))
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# Bytecode: with a cache folder outside the tree (make test's PYTHONPYCACHEPREFIX, under the
+# venv) every step reads and writes it, so a module the steps share is compiled once, not once
+# per process; without one, nothing is written (the tree stays as it was copied).
+[[ -n ${PYTHONPYCACHEPREFIX:-} ]] || export PYTHONDONTWRITEBYTECODE=1
 # What the lent machine finds: these folders and its own packages (nothing of ours installed).
 # Each Python step checks that every project package it imported lies in one of them.
 export GPU_CHECK_PYTHONPATH="$ROOT/tools:$ROOT/inference-pipeline:$ROOT/framework-fundamentals:$ROOT/phase-01-framework-internals/common"
@@ -146,7 +150,12 @@ fi
 if (( ! DRY_RUN )); then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 fi
-"$PY" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
+if (( DRY_RUN )); then
+  # torch's version line comes from lab 02's first process (one torch start-up fewer)
+  "$PY" -c "import sys; print('python', sys.version.split()[0])"
+else
+  "$PY" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
+fi
 echo "cores: $(getconf _NPROCESSORS_ONLN)"
 
 step lab02 300 bash -c 'lab02 "$@"' lab02
