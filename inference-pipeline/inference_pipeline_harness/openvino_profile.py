@@ -45,14 +45,14 @@ def node_label(node_name: str) -> str:
 
 def _request(path: Path, hint: str | None, static: bool, batch: int):
     import openvino as ov
-    from inference_pipeline.openvino_runtime import compile_settings, padded_shape
+    from inference_pipeline.openvino_runtime import compile_on_cpu, compile_settings, padded_shape
 
     core = ov.Core()
     model = core.read_model(str(path))
     if static:
         model.reshape({p.get_any_name(): list(padded_shape(batch, SEQUENCE)) for p in model.inputs})
     settings = {**compile_settings(1, hint), "PERF_COUNT": True}
-    return core.compile_model(model, "CPU", settings).create_infer_request()
+    return compile_on_cpu(core, model, settings, path).create_infer_request()
 
 
 def profile(

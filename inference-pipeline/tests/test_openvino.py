@@ -3,6 +3,8 @@ against PyTorch (the gates' reference) and ONNX Runtime; its registry entry and 
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -18,9 +20,14 @@ from inference_pipeline.gates import (
     min_cosine,
 )
 from inference_pipeline.openvino_runtime import (
+    COMPILE_CACHE_ENV,
+    PIN_IN_SERVER,
     PIN_WHEN_ALONE,
     StaticShapeModel,
+    _prune,
     bf16_unsupported_reason,
+    compile_cache_dir,
+    compile_model,
     compile_settings,
     cpu_flags,
     padded_shape,
@@ -253,6 +260,91 @@ def test_static_shape_model_equals_the_dynamic_one_and_compiles_once_per_shape(a
     assert small.compiles == 3 and len(small.requests) == 1
     with pytest.raises(BackendError, match="STATIC_SHAPES 'yes'"):
         OpenVinoBackend(path, 1, {"STATIC_SHAPES": "yes"})
+
+
+def _outputs(compiled, feeds) -> list[np.ndarray]:
+    request = compiled.create_infer_request()
+    request.infer(feeds)
+    return [np.array(request.get_output_tensor(i).data, copy=True) for i in range(2)]
+
+
+def _same(got: list[np.ndarray], want: list[np.ndarray]) -> bool:
+    return all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_compile_cache_imports_the_same_model_bit_for_bit_with_the_callers_settings(
+    art, tmp_path, monkeypatch
+):
+    """A compile writes one blob under <cache root>/openvino and the next compile of that
+    model imports it (OpenVINO's LOADED_FROM_CACHE): the same outputs bit for bit as without
+    the cache, and the threading knobs and precision hint of the second call, not the first
+    (the CPU blob holds neither). A damaged blob is compiled again, not trusted."""
+    monkeypatch.setenv("INFERENCE_PIPELINE_CACHE", str(tmp_path))
+    path = art.exports["torchscript"]
+    feeds = art.tokenizer.encode(art.gate_set.texts[:4])
+    hints = ["f32"] if NO_BF16 else ["f32", "bf16"]
+    monkeypatch.setenv(COMPILE_CACHE_ENV, "off")
+    assert compile_cache_dir() is None
+    uncached = {hint: compile_model(path, 1, hint) for hint in hints}
+    assert not any(c.get_property("LOADED_FROM_CACHE") for c in uncached.values())
+    want = {hint: _outputs(c, feeds) for hint, c in uncached.items()}
+    assert not (tmp_path / "openvino").exists()
+    monkeypatch.setenv(COMPILE_CACHE_ENV, "on")
+    folder = compile_cache_dir()
+    assert folder == tmp_path / "openvino"
+    first = compile_model(path, 1, "f32")
+    assert not first.get_property("LOADED_FROM_CACHE")
+    blobs = list(folder.glob("*.blob"))
+    assert len(blobs) == 1 and blobs[0].stat().st_size > path.stat().st_size // 2
+    assert _same(_outputs(first, feeds), want["f32"])
+    for hint in hints:  # the f32 compile's blob serves every hint
+        again = compile_model(path, 2, hint, pinning=PIN_IN_SERVER)
+        assert again.get_property("LOADED_FROM_CACHE"), hint
+        assert again.get_property("INFERENCE_NUM_THREADS") == 2
+        assert again.get_property("ENABLE_CPU_PINNING") is False
+        precision = "INFERENCE_PRECISION_HINT"
+        assert again.get_property(precision) == uncached[hint].get_property(precision), hint
+        assert _same(_outputs(again, feeds), want[hint]), hint
+    if not NO_BF16:  # the BF16 import really computes in BF16
+        assert not _same(want["bf16"], want["f32"])
+    assert list(folder.glob("*.blob")) == blobs
+    # A static shape is another model: its own blob, imported by a second StaticShapeModel.
+    shape = padded_shape(*feeds["input_ids"].shape)
+    static = [StaticShapeModel(path, 1, "f32") for _ in range(2)]
+    runs = [model.run(feeds) for model in static]
+    compiled = [model.requests[shape].get_compiled_model() for model in static]
+    loaded = [c.get_property("LOADED_FROM_CACHE") for c in compiled]
+    assert loaded == [False, True] and [m.compiles for m in static] == [1, 1]
+    assert all(np.array_equal(runs[0][name], runs[1][name]) for name in runs[0])
+    assert len(list(folder.glob("*.blob"))) == 2
+    # A truncated blob (a killed writer's) fails to import: OpenVINO compiles and rewrites it.
+    blob = blobs[0]
+    size = blob.stat().st_size
+    blob.chmod(0o600)
+    with open(blob, "r+b") as handle:
+        handle.truncate(size // 2)
+    rebuilt = compile_model(path, 1, "f32")
+    assert not rebuilt.get_property("LOADED_FROM_CACHE")
+    assert _same(_outputs(rebuilt, feeds), want["f32"]) and blob.stat().st_size == size
+
+
+def test_compile_cache_switch_and_size_cap(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFERENCE_PIPELINE_CACHE", str(tmp_path))
+    monkeypatch.setenv(COMPILE_CACHE_ENV, "maybe")
+    with pytest.raises(ValueError, match="expected on or off") as error:
+        compile_cache_dir()
+    assert "\n" not in str(error.value)
+    monkeypatch.delenv(COMPILE_CACHE_ENV)
+    folder = compile_cache_dir()
+    assert folder == tmp_path / "openvino" and folder.is_dir()
+    for age, name in enumerate(("old", "mid", "new")):  # 100 bytes each, written in this order
+        (folder / f"{name}.blob").write_bytes(b"x" * 100)
+        os.utime(folder / f"{name}.blob", (1000 + age, 1000 + age))
+    (folder / "model-1.lock").write_bytes(b"x" * 500)  # not a blob: never counted or deleted
+    _prune(folder, max_bytes=250)
+    assert sorted(p.name for p in folder.iterdir()) == ["mid.blob", "model-1.lock", "new.blob"]
+    _prune(folder, max_bytes=200)
+    assert len(list(folder.glob("*.blob"))) == 2
 
 
 def test_openvino_folder_is_written_validated_and_served(art, tmp_path):
