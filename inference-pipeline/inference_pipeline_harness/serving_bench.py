@@ -541,7 +541,7 @@ def build_subsection(
     """The serving part of the inference-pipeline report (a phase01_common Section).
 
     ``repository`` defaults to ${INFERENCE_PIPELINE_REPOSITORY}; the quick variant runs one
-    short round of 1-second windows without Ray (about 35 s), the full one is `make bench`;
+    short round of 1-second windows without Ray on 3 servers, the full one is `make bench`;
     ``smoke`` (the quick demo's) runs ``bench_settings(smoke=True)``.
     """
     from inference_pipeline_harness.serving_report import section_from_results, write_outputs
@@ -555,16 +555,18 @@ def build_subsection(
 
 def bench_settings(quick: bool, ray: bool = True, smoke: bool = False) -> BenchSettings:
     """The full bench, its quick variant (`--quick`, the full demo's short run), or the smoke
-    run of the quick demo: every table and check of the quick variant, from shorter windows,
-    with the model on 1 thread so the stage breakdown reuses the two main servers (3 servers
-    started, not 5) and the sweep's c=16 level reuses the batching comparison's window."""
+    run of the quick demo (the quick variant from shorter windows). Both short variants run
+    the model on 1 thread, the stage breakdown's, so the stage breakdown reuses the two main
+    servers (3 servers started, not 5), and their single round's sweep takes its c=16 level
+    from the batching comparison's short-text window (the same measurement)."""
     if smoke:
         return BenchSettings(quick=True, duration_s=0.6, rounds=1, sweep=(1, 4, 16), ray=False,
                              threads=1, warmup_s=0.3, texts=200, overhead_samples=100,
                              sweep_reuses_c16=True)  # fmt: skip
     if quick:
         return BenchSettings(quick=True, duration_s=1.0, rounds=1, sweep=(1, 4, 16), ray=False,
-                             texts=200, overhead_samples=100)  # fmt: skip
+                             threads=1, texts=200, overhead_samples=100,
+                             sweep_reuses_c16=True)  # fmt: skip
     return BenchSettings(quick=False, duration_s=6.0, rounds=3, sweep=(1, 2, 4, 8, 16, 32), ray=ray)
 
 

@@ -105,11 +105,14 @@ def test_stage_breakdown_without_servers_starts_its_own_two_on_one_thread(monkey
         assert configs["batched"]["throughput"] > 0 and configs["batching ratio"] > 0
 
 
-def test_the_smoke_settings_have_every_table_and_share_the_stage_breakdown_servers():
-    quick, smoke = bench_settings(True), bench_settings(True, smoke=True)
-    assert not quick.sweep_reuses_c16 and not bench_settings(False).sweep_reuses_c16
-    # every table's data: the same sweep levels (c=16 among them), stages, length-aware
-    assert smoke.sweep == quick.sweep and 16 in smoke.sweep and smoke.rounds == 1
-    assert smoke.stages and smoke.length_aware and not smoke.ray and smoke.sweep_reuses_c16
-    # the main servers' flags are the stage breakdown's, so it starts none of its own
-    assert STAGE_FLAGS[STAGE_FLAGS.index("--threads") + 1] == str(smoke.threads)
+def test_the_short_settings_have_every_table_and_share_the_stage_breakdown_servers():
+    full = bench_settings(False)
+    assert not full.sweep_reuses_c16 and full.rounds > 1 and full.ray
+    for short in (bench_settings(True), bench_settings(True, smoke=True)):
+        # every table's data: the sweep levels (c=16 among them), stages, length-aware
+        assert short.sweep == (1, 4, 16) and 16 in short.sweep and short.rounds == 1
+        assert short.stages and short.length_aware and not short.ray and short.sweep_reuses_c16
+        # the main servers' flags are the stage breakdown's, so it starts none of its own
+        assert STAGE_FLAGS[STAGE_FLAGS.index("--threads") + 1] == str(short.threads)
+    # the smoke run is the quick run from shorter windows
+    assert bench_settings(True, smoke=True).duration_s < bench_settings(True).duration_s

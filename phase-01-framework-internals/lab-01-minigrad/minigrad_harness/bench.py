@@ -104,10 +104,11 @@ def bench_size(
     budget_s: float = 5.0,
     max_rounds: int = 500,
     block: int | dict[str, int] = SMALL_STEP_BLOCKS,
+    warmup: int = 3,
 ) -> BenchRow:
     """Median step time of each variant (see timing.interleaved_medians); ``block``: calls
-    per block, for all or per variant. The warm-up call of each variant compiles the jitted
-    ones (minigrad.jit, jax.jit) outside the timing."""
+    per block, for all or per variant. The first of the ``warmup`` calls of each variant
+    compiles the jitted ones (minigrad.jit, jax.jit) outside the timing."""
     jit_step, jitted = minigrad_jit_step_fn(batch, hidden)
     fns = {
         "minigrad": minigrad_step_fn(batch, hidden),
@@ -117,7 +118,7 @@ def bench_size(
         "torch": torch_step_fn(batch, hidden),
         "numpy": numpy_step_fn(batch, hidden),
     }
-    med = interleaved_medians(fns, budget_s, max_rounds, block, warmup=3, min_rounds=3)
+    med = interleaved_medians(fns, budget_s, max_rounds, block, warmup=warmup, min_rounds=3)
     compile_s = next(iter(jitted.cache.values())).compile_seconds
     return BenchRow(batch, hidden, med, compile_s)
 

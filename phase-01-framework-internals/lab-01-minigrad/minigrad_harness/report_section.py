@@ -192,11 +192,14 @@ def _benchmark() -> list[Table]:
     torch.set_num_threads(1)
     try:
         with threadpool_limits(1):  # see minigrad_harness/bench.py: one thread, less noise
+            # The short run: every variant of both sizes in one interleaved run, medians of
+            # at least 3 rounds; at 1024 (~0.1 s a step) one warm-up call absorbs the compiles
+            # and 3 rounds of 2 calls give the median.
             rows = [
-                bench_size(64, 128, budget_s=1.5),
-                bench_size(1024, 1024, budget_s=3.0, max_rounds=4, block=2),
+                bench_size(64, 128, budget_s=1.0),
+                bench_size(1024, 1024, budget_s=3.0, max_rounds=3, block=2, warmup=1),
             ]
-            ps = interleaved_medians(per_sample_fns(), 1.5, max_rounds=100, block=PER_SAMPLE_BLOCKS)
+            ps = interleaved_medians(per_sample_fns(), 1.0, max_rounds=100, block=PER_SAMPLE_BLOCKS)
     finally:
         torch.set_num_threads(prev)
     note = f"1 thread, load average {load_average()} (short run; `make bench` for the full one)"
