@@ -19,8 +19,9 @@ matter here:
 - Static shapes (:class:`StaticShapeModel`, the ``STATIC_SHAPES`` config parameter): the
   graph reshaped to each padded input shape and compiled once per shape. The CPU plugin then
   plans its kernels (attention's fused subgraph included) for known sizes instead of
-  dynamic ones: measured on the BBC MiniLM in BF16 at sequence 128, 1.13-1.15x at batch 1
-  and 0.98-1.13x at batch 8 over the dynamic-shape model (four bench runs, loaded machine).
+  dynamic ones: measured on the BBC MiniLM in BF16 at sequence 128 on an Intel CPU with AMX,
+  1.13-1.15x at batch 1 and 0.98-1.13x at batch 8 over the dynamic-shape model (four bench
+  runs, loaded machine); README.md has the AMD EPYC's figures for the promoted default.
 
 - The compile cache (:func:`compile_cache_dir`, on unless ``INFERENCE_PIPELINE_OPENVINO_CACHE``
   is ``off``): every model compiled here goes through :func:`compile_on_cpu`, which passes

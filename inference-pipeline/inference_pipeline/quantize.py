@@ -217,9 +217,11 @@ def convert_fp16(src: Path, dst: Path) -> Path:
 # The 6 feed-forward output MatMuls: measured on the BBC model, quantizing them (static QDQ)
 # drops the worst embedding cosine from 0.99 to 0.90-0.95 (below the 0.98 gate), and
 # Percentile calibration instead of MinMax made it worse (0.76).
-# Attention's two activation x activation MatMuls: NNCF's transformer preset quantizes Q x K^T;
-# measured on the BBC model, OpenVINO's BF16 kernel for that INT8 attention gives a text of
-# 32 tokens alone another embedding than in its batch (cosine 0.82, the gate refuses it).
+# Attention's two activation x activation MatMuls: NNCF's transformer preset quantizes Q x K^T.
+# Whether that passes the gates depends on the CPU's kernels: on an Intel CPU with AMX,
+# OpenVINO's BF16 kernel for that INT8 attention gave a text of 32 tokens alone another
+# embedding than in its batch (cosine 0.82, refused); on the AMD EPYC (VNNI, no AMX) it passes.
+# So ov_int8_nncf keeps them in float and ov_int8_nncf_attention is the preset's placement.
 KEEP_FP32: dict[str, Callable[[Path], list[str]]] = {
     "ffn_output_matmuls": ffn_output_matmuls,
     "attention_matmuls": attention_matmuls,
