@@ -14,10 +14,11 @@ one the CPU supports when it first runs. No file is built with -march=native, so
 on any x86-64 CPU. The per-variant flags live in csrc/simd_flags.json, which CMakeLists.txt
 reads too, so the two builds cannot drift apart.
 
-Built libraries are kept in a build cache (``~/.cache/warp_softmax/<key>/``, moved by
-``WARP_SOFTMAX_BUILD_CACHE``) under a key that hashes every source, this file, the torch, the
-compiler and the CUDA settings: reinstalling the same key (a fresh clone, ``make setup`` after
-``make clean``) copies the library instead of compiling it again.
+Built libraries are kept in a build cache (``warp_softmax/<key>/`` in the project's one cache,
+``~/.cache/inference_pipeline`` or ``$INFERENCE_PIPELINE_CACHE``) under a key that hashes every
+source, this file, the torch, the compiler and the CUDA settings: reinstalling the same key (a
+fresh clone, ``make setup`` after ``make clean``) copies the library instead of compiling it
+again.
 """
 
 from __future__ import annotations
@@ -104,11 +105,15 @@ def build_key(capabilities: list[str], with_cuda: bool) -> str:
 
 
 def build_cache_dir() -> Path:
-    """Where built libraries are kept by :func:`build_key` (``WARP_SOFTMAX_BUILD_CACHE``
-    moves it): a fresh clone on a machine that built the same key copies the library instead
+    """Where built libraries are kept by :func:`build_key`: ``warp_softmax/`` in the project's
+    one cache (``phase01_common.cache.cache_root``: ``$INFERENCE_PIPELINE_CACHE``, else
+    ``~/.cache/inference_pipeline``; read from the environment here because lab 02 builds with
+    torch alone). A fresh clone on a machine that built the same key copies the library instead
     of compiling it again (about a minute of two cores), as ccache would."""
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "warp_softmax"
-    return Path(os.environ.get("WARP_SOFTMAX_BUILD_CACHE", default))
+    root = (
+        os.environ.get("INFERENCE_PIPELINE_CACHE") or Path.home() / ".cache" / "inference_pipeline"
+    )
+    return Path(root) / "warp_softmax"
 
 
 class BuildWarpSoftmax(cpp_extension.BuildExtension):

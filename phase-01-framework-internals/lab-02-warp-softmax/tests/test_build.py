@@ -16,8 +16,10 @@ from pathlib import Path
 
 import cmake as cmake_package
 import ninja as ninja_package
+import pytest
 import torch
 import warp_softmax
+from phase01_common.cache import cache_root
 from warp_softmax_harness.scenarios import run_in_fresh_python
 
 LAB_DIR = Path(__file__).resolve().parent.parent
@@ -170,10 +172,13 @@ def test_a_cached_build_is_copied_instead_of_compiled(tmp_path):
     the cached file is what lands in the package folder, and nothing is compiled."""
     setup_py = load_setup_py()
     key = setup_py.build_key(setup_py._capabilities(), setup_py._with_cuda())
-    cached = tmp_path / "cache" / key / "warp_softmax.so"
+    env = os.environ | {"INFERENCE_PIPELINE_CACHE": str(tmp_path / "cache")}
+    with pytest.MonkeyPatch.context() as patch:  # the project's one cache root, read alike
+        patch.setenv("INFERENCE_PIPELINE_CACHE", str(tmp_path / "cache"))
+        assert setup_py.build_cache_dir() == cache_root() / "warp_softmax"
+    cached = tmp_path / "cache" / "warp_softmax" / key / "warp_softmax.so"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"a library built earlier")
-    env = os.environ | {"WARP_SOFTMAX_BUILD_CACHE": str(tmp_path / "cache")}
     env.pop("TORCH_CUDA_ARCH_LIST", None)
     lib, temp = tmp_path / "lib", tmp_path / "temp"
     command = [sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(lib),
