@@ -10,7 +10,7 @@ latency (mean, median, p99).
 
 - ``batching``: continuous vs static batching per concurrency (in process, or ``--http``
   through ``/v1/completions``): static with ``--threads`` and with 2 ONNX Runtime intra-op
-  threads, continuous (the default: its prefill pass overlapped with the decode passes),
+  threads, continuous (the default: its passes side by side, the prefill pass across iterations),
   with every pass serial, and with one dense past (``--max-num-seqs``: also with fewer
   sequences running than clients); the target is checked against every static.
 - ``prefix``: every prompt shares a 128-byte prefix; prefix caching off vs on (HTTP), TTFT and
@@ -274,9 +274,10 @@ def make_engine(
     admission_delay_factor: float = DEFAULT_ADMISSION_DELAY_FACTOR,
     max_num_seqs: int | None = None,
 ):
-    """ "static", "continuous" (the engine's defaults: blocks on demand, the prefill pass on a
-    worker thread at the same time as the decode passes), "continuous-serial" (the same, every
-    pass one after another on the engine's thread), "reserve-up-front"
+    """ "static", "continuous" (the engine's defaults: blocks on demand, the long rows' decode
+    pass beside the short rows', the prefill pass on its worker across iterations),
+    "continuous-serial" (the same, every pass one after another on the engine's thread,
+    each iteration's prefill taken in within it), "reserve-up-front"
     (continuous, blocks for prompt + max_tokens taken at admission), "continuous-one-past"
     (continuous with every row in one dense past, padded to the longest: what the short/long
     split saves) or "static-full-width" (static whose past is the whole context from the
@@ -293,7 +294,7 @@ def make_engine(
         prefix_caching=prefix_caching,
         reserve_up_front=kind == "reserve-up-front",
         short_width=step.config.max_positions if kind == "continuous-one-past" else None,
-        overlap_prefill=kind != "continuous-serial",
+        concurrent_passes=kind != "continuous-serial",
         admission_delay_factor=admission_delay_factor,
     )  # fmt: skip
 

@@ -1,14 +1,21 @@
 """Two generation engines over one step function.
 
 ContinuousBatchingEngine: token-level (iteration-level) scheduling as in Orca, vLLM and TGI.
-Every iteration (a token boundary) it drops finished and cancelled requests, asks the
-``TokenBudgetScheduler`` for a plan (every running decode, then prefill chunks up to the
-per-step token budget; blocks on demand, preemption by recompute, prefix-cache hits), runs a
-decode pass over each of its two dense pasts (short rows and long rows, so a short row is not
-padded to the longest) and one prefill pass (with ``overlap_prefill``, on a worker thread at
-the same time as the decode passes), and samples the next token of every sequence whose known
-tokens are all in the cache. The budget is what keeps a long new prompt from stalling
-everyone's next token (inter-token latency).
+Every iteration (a token boundary) it drops finished and cancelled requests, takes in a prefill
+pass that has finished, asks the ``TokenBudgetScheduler`` for a plan (every running decode,
+then prefill chunks up to the per-step token budget; blocks on demand, preemption by
+recompute, prefix-cache hits), runs a decode pass over each of its two dense pasts (short rows
+and long rows, so a short row is not padded to the longest) and samples every decoding
+sequence's next token. The budget is what keeps a long new prompt from stalling everyone's
+next token (inter-token latency).
+
+With ``concurrent_passes`` (the default) the passes of an iteration run side by side on two
+cores: the short rows' decode pass on the engine's thread, the long rows' on a decode worker,
+and a prefill pass on a prefill worker *across* iterations: the decode iterations go on while
+it runs, and its keys/values are written (and its finished prompts' first tokens sampled) at
+the first token boundary after it ends. A running stream's next token then waits for the
+decode passes only, never for a newcomer's prompt. While a prefill pass is in flight no other
+is planned (its sequences' chunks are not in the cache yet).
 
 StaticBatchingEngine: the baseline. It waits for a full batch (or ``max_wait_s``), prefills it,
 and decodes every row until the longest one finishes; a finished row's slot idles until then.
@@ -57,13 +64,14 @@ class EngineClosed(RuntimeError):
 
 @dataclass
 class _PrefillPass:
-    """One iteration's prefill pass, built before the passes run: its chunks, where each
-    starts, the dense rows they go to, and the step function's inputs."""
+    """A prefill pass: its chunks, where each starts, the step function's inputs (its own copy
+    of the chunks' pasts: nothing it reads is written while it runs) and, once launched, the
+    future of its outputs."""
 
     chunks: list[tuple[SequenceState, int]]
     starts: list[int]
-    places: list[tuple[int, int]]
     inputs: tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]
+    outputs: futures.Future | None = None
 
 
 @dataclass
@@ -156,7 +164,7 @@ class ContinuousBatchingEngine(_Engine):
         prefix_caching: bool = True,
         reserve_up_front: bool = False,
         short_width: int | None = None,
-        overlap_prefill: bool = True,
+        concurrent_passes: bool = True,
         admission_delay_factor: float = DEFAULT_ADMISSION_DELAY_FACTOR,
     ) -> None:
         super().__init__(step, max_queue)
@@ -183,17 +191,20 @@ class ContinuousBatchingEngine(_Engine):
         self._row_of: dict[int, tuple[int, int]] = {}  # sequence id -> (dense past, row)
         self._free_rows = [list(range(max_num_seqs)) for _ in self.dense]
         self._freed = False  # a row was freed since the last compaction
-        # With ``overlap_prefill`` an iteration's prefill pass runs on this one worker thread
-        # while this thread runs the decode passes: the step function releases the GIL (ONNX
-        # Runtime's run, PyTorch's ops), so on two cores an iteration costs about the longer
-        # of the two, not their sum. Only the step calls overlap; every write is on this thread.
-        # On by default, for a server with its cores to itself (on the quiet machine it gave
-        # the lower tail and the higher throughput); on a machine whose second core is busy
-        # the two calls share one core and serial passes do better (GENERATION.md).
-        self._worker = None
-        if overlap_prefill:
-            self._worker = futures.ThreadPoolExecutor(1, thread_name_prefix="generation-prefill")
-            weakref.finalize(self, self._worker.shutdown, wait=False)
+        self._prefilling: _PrefillPass | None = None  # the prefill pass in flight
+        # With ``concurrent_passes`` the step calls run on these workers while this thread runs
+        # the short rows' decode pass: the step function releases the GIL (ONNX Runtime's
+        # run, PyTorch's ops), so on two cores a pass beside another costs about its own
+        # time. Only the step calls run there; every write to the cache is on this thread.
+        self._prefill_worker = self._decode_worker = None
+        if concurrent_passes:
+            self._prefill_worker = self._worker("generation-prefill")
+            self._decode_worker = self._worker("generation-decode")
+
+    def _worker(self, name: str) -> futures.ThreadPoolExecutor:
+        worker = futures.ThreadPoolExecutor(1, thread_name_prefix=name)
+        weakref.finalize(self, worker.shutdown, wait=False)
+        return worker
 
     @property
     def running(self) -> list[SequenceState]:
@@ -215,14 +226,8 @@ class ContinuousBatchingEngine(_Engine):
 
     def step(self) -> bool:
         """One iteration; False when there was nothing to do."""
-        self._retire()
-        plan = self.scheduler.schedule()
-        self._forget([s.id for s in plan.preempted])
-        if not plan:
-            return bool(self.running)
-        self.stats.iterations += 1
         try:
-            self._iterate(plan)
+            busy = self._step()
         except Exception:
             # The model failed: end every running request with "error" (streams close, blocks
             # return) rather than leave callers waiting; the caller sees the exception.
@@ -231,17 +236,35 @@ class ContinuousBatchingEngine(_Engine):
             self._retire()
             raise
         self._retire()
+        return busy
+
+    def _step(self) -> bool:
+        if self._prefilling is not None and self._prefilling.outputs.done():
+            self._finish_prefill()
+        self._retire()  # after the prefill: its first token may have been a request's last
+        plan = self.scheduler.schedule(prefill=self._prefilling is None)
+        self._forget([s.id for s in plan.preempted])
+        if not plan:
+            if self._prefilling is None:
+                return bool(self.running)
+            futures.wait([self._prefilling.outputs])  # only the prefill pass is left to run
+            self._finish_prefill()
+            return True
+        self.stats.iterations += 1
+        self._iterate(plan)
         return True
 
     def _iterate(self, plan: Plan) -> None:
         """Place every row first (a placement may grow or move a dense past), then build every
-        pass's inputs, run the passes (the prefill pass on the worker thread when
-        ``overlap_prefill``), and only then write their keys/values and sample. The prefill
-        rows are not decode rows, and while the passes run nothing writes what they read:
-        the decode passes read their dense pasts in place, the prefill pass a copy."""
+        pass's inputs, launch the prefill pass (on its worker, or on this thread and taken in
+        at once when the passes are serial), run the decode passes (the long rows' on the
+        decode worker at the same time as the short rows' here) and only then write their
+        keys/values and sample. The decode passes read their dense pasts in place and nothing
+        writes them while they run; the prefill pass reads its own copy."""
         lengths = self.cache.lengths
         places = [self._row(s, lengths[s.id] + 1) for s in plan.decode]
-        prefill = self._prefill_inputs(plan.prefill) if plan.prefill else None
+        if plan.prefill:
+            self._prefilling = self._prefill_inputs(plan.prefill)
         decodes = []
         for which, dense in enumerate(self.dense):
             members = [(s, r) for s, (w, r) in zip(plan.decode, places, strict=True) if w == which]
@@ -249,24 +272,33 @@ class ContinuousBatchingEngine(_Engine):
                 rows = np.array([r for _, r in members])
                 decodes.append((dense, [s for s, _ in members], rows))
         decode_inputs = [self._decode_inputs(dense, seqs, rows) for dense, seqs, rows in decodes]
-        pending = None
-        if prefill is not None and self._worker is not None:
-            pending = self._worker.submit(self.step_fn, *prefill.inputs)
+        if self._prefilling is not None and self._prefilling.outputs is None:
+            self._prefilling.outputs = self._launch(self._prefill_worker, self._prefilling.inputs)
+        beside = None
+        if self._decode_worker is not None and len(decode_inputs) > 1:
+            beside = self._decode_worker.submit(self.step_fn, *decode_inputs[-1])
         try:
-            decode_outputs = [self.step_fn(*inputs) for inputs in decode_inputs]
+            here = decode_inputs[:-1] if beside is not None else decode_inputs
+            decode_outputs = [self.step_fn(*inputs) for inputs in here]
         finally:
-            if pending is not None:
-                futures.wait([pending])  # the worker is done reading before anything is written
-        if prefill is not None:
-            prefill_outputs = (
-                pending.result() if pending is not None else self.step_fn(*prefill.inputs)
-            )
+            if beside is not None:
+                futures.wait([beside])  # the worker is done reading before anything is written
+        if beside is not None:
+            decode_outputs.append(beside.result())
         for (dense, seqs, rows), inputs, outputs in zip(
             decodes, decode_inputs, decode_outputs, strict=True
         ):
             self._decode_done(dense, seqs, rows, inputs[0], outputs)
-        if prefill is not None:
-            self._prefill_done(prefill, prefill_outputs)
+        if self._prefill_worker is None and self._prefilling is not None:
+            self._finish_prefill()
+
+    def _launch(self, worker: futures.ThreadPoolExecutor | None, inputs) -> futures.Future:
+        """The step function on ``inputs``, on ``worker`` (None: here, now) ."""
+        if worker is not None:
+            return worker.submit(self.step_fn, *inputs)
+        done: futures.Future = futures.Future()
+        done.set_result(self.step_fn(*inputs))
+        return done
 
     def _retire(self) -> None:
         """Drop finished and cancelled sequences; their blocks go back to the pool."""
@@ -385,21 +417,25 @@ class ContinuousBatchingEngine(_Engine):
         past = np.zeros((2 * c.n_layer, len(chunks), c.n_head, width, c.head_dim), np.float32)
         for i, ((which, row), start) in enumerate(zip(places, starts, strict=True)):
             past[:, i, :, :start] = self.dense[which].kv[:, row, :, :start]
-        return _PrefillPass(chunks, starts, places, (tokens, positions, mask, list(past)))
+        return _PrefillPass(chunks, starts, (tokens, positions, mask, list(past)))
 
-    def _prefill_done(
-        self, prefill: _PrefillPass, outputs: tuple[np.ndarray, list[np.ndarray]]
-    ) -> None:
-        """The chunks' new keys/values go to the blocks and to the rows; a sequence whose
-        known tokens are now all cached samples its next token from its last position."""
-        logits, new_kv = outputs
+    def _finish_prefill(self) -> None:
+        """Take in the finished prefill pass: each chunk's new keys/values go to the blocks and
+        to its row; a sequence whose known tokens are now all cached samples its next token
+        from its last position. A chunk whose sequence left meanwhile (finished, cancelled or
+        preempted: its blocks went back) is dropped; a preempted one is prefilled again when
+        it is readmitted."""
+        prefill, self._prefilling = self._prefilling, None
+        logits, new_kv = prefill.outputs.result()
         tokens = prefill.inputs[0]
         keys, values = np.stack(new_kv[0::2]), np.stack(new_kv[1::2])  # [L, B, H, T, D]
         self.stats.prefill_passes += 1
+        running = {seq.id for seq in self.running}
         ready, last = [], []
-        for i, ((seq, n), start, (which, row)) in enumerate(
-            zip(prefill.chunks, prefill.starts, prefill.places, strict=True)
-        ):
+        for i, ((seq, n), start) in enumerate(zip(prefill.chunks, prefill.starts, strict=True)):
+            if seq.id not in running or self.cache.lengths.get(seq.id) != start:
+                continue
+            which, row = self._row(seq, start + n)  # its row may have moved meanwhile
             self.cache.append(
                 seq.id, tokens[i, :n].tolist(), keys[:, i, :, :n], values[:, i, :, :n]
             )

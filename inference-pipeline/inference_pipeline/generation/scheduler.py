@@ -138,7 +138,10 @@ class TokenBudgetScheduler:
         self.running.remove(seq)
 
     # ---- the policy -----------------------------------------------------------------------
-    def schedule(self) -> Plan:
+    def schedule(self, prefill: bool = True) -> Plan:
+        """The next iteration's plan. ``prefill=False`` plans the running decodes only (no
+        chunk, no admission): the engine asks for that while a prefill pass is still in
+        flight, since its sequences' chunks are not in the cache yet."""
         now = self.clock()
         if self._prefill_planned_at is not None:
             self.last_prefill_latency = now - self._prefill_planned_at
@@ -153,6 +156,10 @@ class TokenBudgetScheduler:
             elif self._make_room(seq, computed + 1, plan):
                 self.cache.ensure(seq.id, computed + 1)
                 plan.decode.append(seq)
+        if not prefill:
+            self.stats.peak_running = max(self.stats.peak_running, len(self.running))
+            self._prefill_planned_at = None
+            return plan
         budget = self.max_num_batched_tokens - len(plan.decode)
         for seq in self.running:
             room = self.room(plan, budget)
