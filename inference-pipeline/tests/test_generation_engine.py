@@ -137,7 +137,7 @@ def test_concurrent_passes_give_the_serial_engines_tokens(model: GPT, temperatur
         while engine.step():
             engine.cache.check()
         assert engine.cache.free_blocks == engine.cache.num_blocks
-        assert engine._prefilling is None  # noqa: SLF001 (nothing left in flight)
+        assert engine.stats.prefill_tokens > 0 and not engine.running  # nothing left in flight
         return [h.tokens for h in handles], step
 
     concurrent, on_workers = run(True)
@@ -151,8 +151,10 @@ def test_concurrent_passes_give_the_serial_engines_tokens(model: GPT, temperatur
     for kind, name, width in on_workers.calls:
         threads[kind, name.rsplit("_", 1)[0]].add(width)
     assert set(threads) == {
-        ("decode", engine_thread), ("decode", "generation-decode"), ("prefill", "generation-prefill")
-    }  # fmt: skip
+        ("decode", engine_thread),
+        ("decode", "generation-decode"),
+        ("prefill", "generation-prefill"),
+    }
     # the decode worker ran the long rows' pass: past widths above the short rows' 16 slots
     assert min(threads["decode", "generation-decode"]) > 16
 
