@@ -293,7 +293,7 @@ class ContinuousBatchingEngine(_Engine):
             self._finish_prefill()
 
     def _launch(self, worker: futures.ThreadPoolExecutor | None, inputs) -> futures.Future:
-        """The step function on ``inputs``, on ``worker`` (None: here, now) ."""
+        """The step function on ``inputs``, on ``worker`` (None: here, now)."""
         if worker is not None:
             return worker.submit(self.step_fn, *inputs)
         done: futures.Future = futures.Future()
