@@ -272,7 +272,7 @@ class ContinuousBatchingEngine(_Engine):
                 rows = np.array([r for _, r in members])
                 decodes.append((dense, [s for s, _ in members], rows))
         decode_inputs = [self._decode_inputs(dense, seqs, rows) for dense, seqs, rows in decodes]
-        if self._prefilling is not None and self._prefilling.outputs is None:
+        if plan.prefill:  # planned only when no prefill pass is in flight
             self._prefilling.outputs = self._launch(self._prefill_worker, self._prefilling.inputs)
         beside = None
         if self._decode_worker is not None and len(decode_inputs) > 1:
