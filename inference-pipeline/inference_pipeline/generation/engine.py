@@ -14,7 +14,9 @@ cores: the short rows' decode pass on the engine's thread, the long rows' on a d
 and a prefill pass on a prefill worker *across* iterations: the decode iterations go on while
 it runs, and its keys/values are written (and its finished prompts' first tokens sampled) at
 the first token boundary after it ends. A running stream's next token then waits for the
-decode passes only, never for a newcomer's prompt. While a prefill pass is in flight no other
+decode passes only, never for a newcomer's prompt. The prefill worker runs at the lowest OS
+scheduling priority: when the three passes want the two cores at once, the decode passes get
+them and the prefill pass takes what they leave. While a prefill pass is in flight no other
 is planned (its sequences' chunks are not in the cache yet).
 
 StaticBatchingEngine: the baseline. It waits for a full batch (or ``max_wait_s``), prefills it,
@@ -26,6 +28,8 @@ from __future__ import annotations
 import bisect
 import collections
 import logging
+import os
+import sys
 import threading
 import time
 import weakref
@@ -52,6 +56,10 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 48
 # Admission delay, in last-prefill latencies (0: admit at every iteration): see GENERATION.md.
 DEFAULT_ADMISSION_DELAY_FACTOR = 0.0
+# The prefill worker's OS niceness (Linux, per thread; 19 is the lowest priority): a decode
+# pass waking up takes a core from it at once, so a stream's next token does not wait for a
+# newcomer's prompt even when all three passes run. See GENERATION.md for what it trades.
+PREFILL_WORKER_NICENESS = 19
 
 
 class QueueFull(RuntimeError):
@@ -72,6 +80,30 @@ class _PrefillPass:
     starts: list[int]
     inputs: tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]
     outputs: futures.Future | None = None
+
+
+@dataclass
+class _DecodePass:
+    """A decode pass over rows ``0 .. top`` of one dense past, one new token each for ``seqs``
+    (at ``rows``); the other rows below ``top`` ride along masked."""
+
+    dense: DensePast
+    seqs: list[SequenceState]
+    rows: np.ndarray
+
+    @property
+    def top(self) -> int:
+        return int(self.rows.max()) + 1
+
+
+def lower_thread_priority(niceness: int) -> None:
+    """Lower the calling thread's OS scheduling priority to ``niceness`` (never raise it). Only
+    Linux sets a nice value per thread; elsewhere it would apply to a whole process, so this
+    does nothing there."""
+    if sys.platform.startswith("linux"):
+        thread = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, thread)
+        os.setpriority(os.PRIO_PROCESS, thread, max(current, niceness))
 
 
 @dataclass
@@ -198,11 +230,15 @@ class ContinuousBatchingEngine(_Engine):
         # time. Only the step calls run there; every write to the cache is on this thread.
         self._prefill_worker = self._decode_worker = None
         if concurrent_passes:
-            self._prefill_worker = self._worker("generation-prefill")
+            self._prefill_worker = self._worker("generation-prefill", PREFILL_WORKER_NICENESS)
             self._decode_worker = self._worker("generation-decode")
 
-    def _worker(self, name: str) -> futures.ThreadPoolExecutor:
-        worker = futures.ThreadPoolExecutor(1, thread_name_prefix=name)
+    def _worker(self, name: str, niceness: int | None = None) -> futures.ThreadPoolExecutor:
+        """One worker thread; ``niceness``: its OS scheduling priority (None: the process's)."""
+        lower = (lower_thread_priority, (niceness,)) if niceness is not None else (None, ())
+        worker = futures.ThreadPoolExecutor(
+            1, thread_name_prefix=name, initializer=lower[0], initargs=lower[1]
+        )
         weakref.finalize(self, worker.shutdown, wait=False)
         return worker
 
@@ -265,32 +301,41 @@ class ContinuousBatchingEngine(_Engine):
         places = [self._row(s, lengths[s.id] + 1) for s in plan.decode]
         if plan.prefill:
             self._prefilling = self._prefill_inputs(plan.prefill)
-        decodes = []
-        for which, dense in enumerate(self.dense):
-            members = [(s, r) for s, (w, r) in zip(plan.decode, places, strict=True) if w == which]
-            if members:
-                rows = np.array([r for _, r in members])
-                decodes.append((dense, [s for s, _ in members], rows))
-        decode_inputs = [self._decode_inputs(dense, seqs, rows) for dense, seqs, rows in decodes]
+        here, there = self._decode_lanes(plan.decode, places)
+        here_inputs = [self._decode_inputs(p) for p in here]
+        there_inputs = [self._decode_inputs(p) for p in there]
         if plan.prefill:  # planned only when no prefill pass is in flight
             self._prefilling.outputs = self._launch(self._prefill_worker, self._prefilling.inputs)
         beside = None
-        if self._decode_worker is not None and len(decode_inputs) > 1:
-            beside = self._decode_worker.submit(self.step_fn, *decode_inputs[-1])
+        if there:  # at most one pass
+            beside = self._decode_worker.submit(self.step_fn, *there_inputs[0])
         try:
-            here = decode_inputs[:-1] if beside is not None else decode_inputs
-            decode_outputs = [self.step_fn(*inputs) for inputs in here]
+            outputs = [self.step_fn(*inputs) for inputs in here_inputs]
         finally:
             if beside is not None:
                 futures.wait([beside])  # the worker is done reading before anything is written
         if beside is not None:
-            decode_outputs.append(beside.result())
-        for (dense, seqs, rows), inputs, outputs in zip(
-            decodes, decode_inputs, decode_outputs, strict=True
-        ):
-            self._decode_done(dense, seqs, rows, inputs[0], outputs)
+            outputs.append(beside.result())
+        self._decodes_done(here + there, [inputs[0] for inputs in here_inputs + there_inputs],
+                           outputs)  # fmt: skip
         if self._prefill_worker is None and self._prefilling is not None:
             self._finish_prefill()
+
+    def _decode_lanes(
+        self, seqs: list[SequenceState], places: list[tuple[int, int]]
+    ) -> tuple[list[_DecodePass], list[_DecodePass]]:
+        """The iteration's decode passes, one per dense past with a decoding row: (those run
+        here, the one run on the decode worker: the long rows', when both pasts have one)."""
+        passes = []
+        for which, dense in enumerate(self.dense):
+            members = [(s, r) for s, (w, r) in zip(seqs, places, strict=True) if w == which]
+            if members:
+                passes.append(
+                    _DecodePass(dense, [s for s, _ in members], np.array([r for _, r in members]))
+                )
+        if self._decode_worker is not None and len(passes) > 1:
+            return passes[:-1], passes[-1:]
+        return passes, []
 
     def _launch(self, worker: futures.ThreadPoolExecutor | None, inputs) -> futures.Future:
         """The step function on ``inputs``, on ``worker`` (None: here, now)."""
@@ -373,31 +418,38 @@ class ContinuousBatchingEngine(_Engine):
         self._row_of[seq.id] = (which, row)
         return which, row
 
-    def _decode_inputs(self, dense: DensePast, seqs: list[SequenceState], rows: np.ndarray):
-        """A pass over ``dense``'s rows ``0 .. top``, one new token for each of ``seqs`` (at
-        ``rows``); rows of sequences not decoding ride along masked, their outputs dropped."""
-        top = int(rows.max()) + 1
+    def _decode_inputs(self, decode: _DecodePass):
+        """The step function's inputs for ``decode``: rows ``0 .. top`` of its dense past, one
+        new token for each decoding sequence; rows of sequences not decoding ride along
+        masked, their outputs dropped."""
+        dense, top = decode.dense, decode.top
         tokens = np.zeros((top, 1), dtype=np.int64)
-        tokens[rows, 0] = [s.handle.tokens[-1] for s in seqs]
+        tokens[decode.rows, 0] = [s.handle.tokens[-1] for s in decode.seqs]
         positions = np.minimum(dense.lengths[:top], self.config.max_positions - 1)[:, None]
         return tokens, positions, dense.decode_mask(top), dense.past(top)
 
-    def _decode_done(
+    def _decodes_done(
         self,
-        dense: DensePast,
-        seqs: list[SequenceState],
-        rows: np.ndarray,
-        tokens: np.ndarray,
-        outputs: tuple[np.ndarray, list[np.ndarray]],
+        decodes: list[_DecodePass],
+        tokens: list[np.ndarray],
+        outputs: list[tuple[np.ndarray, list[np.ndarray]]],
     ) -> None:
-        logits, new = outputs
-        new_kv = np.stack(new)[:, :, :, 0][:, rows]  # [2L, len(seqs), H, D]
-        dense.append_one_each(rows, new_kv)
-        self.cache.append_one_each(
-            [s.id for s in seqs], tokens[rows, 0].tolist(), new_kv[0::2], new_kv[1::2]
-        )
-        self.stats.decode_passes += 1
-        self._emit([s.handle for s in seqs], logits[rows, 0])
+        """Every decode pass's new keys/values go to its dense rows, then to the blocks in one
+        write, and every decoding sequence's next token is sampled in one call."""
+        if not decodes:
+            return
+        fed, new_kvs, last = [], [], []
+        for decode, pass_tokens, (logits, new) in zip(decodes, tokens, outputs, strict=True):
+            new_kv = np.stack(new)[:, :, :, 0][:, decode.rows]  # [2L, len(seqs), H, D]
+            decode.dense.append_one_each(decode.rows, new_kv)
+            fed += pass_tokens[decode.rows, 0].tolist()
+            new_kvs.append(new_kv)
+            last.append(logits[decode.rows, 0])
+        seqs = [s for decode in decodes for s in decode.seqs]
+        new_kv = np.concatenate(new_kvs, axis=1) if len(new_kvs) > 1 else new_kvs[0]
+        self.cache.append_one_each([s.id for s in seqs], fed, new_kv[0::2], new_kv[1::2])
+        self.stats.decode_passes += len(decodes)
+        self._emit([s.handle for s in seqs], np.concatenate(last) if len(last) > 1 else last[0])
 
     def _prefill_inputs(self, chunks: list[tuple[SequenceState, int]]) -> _PrefillPass:
         """One pass over the chunks, each after its sequence's cached tokens (copied from its
