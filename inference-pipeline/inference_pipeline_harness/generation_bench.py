@@ -805,10 +805,12 @@ def main(argv: list[str] | None = None) -> int:
     from inference_pipeline.generation.artifacts import load_artifacts
     from inference_pipeline.generation.runtime import OrtStep
     from inference_pipeline.generation.train import corpus_bytes
+    from inference_pipeline.serving.runner import freeze_startup_objects
 
     artifacts = load_artifacts(settings=TrainSettings(steps=args.train_steps))
     path = artifacts.files.onnx_int8 if args.int8 else artifacts.files.onnx_fp32
     step = OrtStep(path, artifacts.model.config, threads=args.threads)
+    freeze_startup_objects()  # as the server does before it listens (serving/runner.py)
     # Static batching runs one pass at a time, so a second core helps it only inside a pass:
     # it is also measured with two intra-op threads, and the targets hold against both.
     batching = {"static": Variant("static", step)}

@@ -153,10 +153,17 @@ def test_sigterm_under_load_loses_no_accepted_request():
 
 
 def test_server_process_answers_and_stops_cleanly():
+    """It answers, stops on SIGTERM with status 0, and had frozen its start-up objects out of
+    the garbage collector before it listened (a full collection over torch's objects would
+    stall every request in flight)."""
     with server_process(tiny_repository()) as (url, process):
         with urllib.request.urlopen(url + "/v2/health/live", timeout=5) as response:
             assert response.status == 200
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
+        logs = [json.loads(line) for line in process.stderr.read().splitlines()
+                if line.startswith("{")]  # fmt: skip
+    listening = next(entry for entry in logs if entry.get("message") == "listening")
+    assert listening["gc_frozen_objects"] > 10_000  # torch alone holds more than this
     with pytest.raises(OSError):  # nothing listens any more
         http.client.HTTPConnection(url.removeprefix("http://"), timeout=2).request("GET", "/v2")

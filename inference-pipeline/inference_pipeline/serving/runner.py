@@ -4,10 +4,16 @@ On SIGTERM (or Ctrl-C) uvicorn stops listening, lets every open request finish a
 answer, then the batchers drain whatever they accepted; the process exits 0. uvicorn re-raises
 the signal after its own shutdown, so a no-op handler is installed first (otherwise the
 default handler would kill the process with status -15 after a clean drain).
+
+Before it listens, everything the process has loaded (torch, the models, the app: objects that
+live as long as it does) is frozen out of Python's cyclic garbage collector: a full collection
+over them takes ~0.1 s with torch loaded (measured on the AMD EPYC), and it would stall every
+running generation stream and queued request at once, at a moment nobody chose.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import socket
@@ -37,6 +43,14 @@ class DrainingServer(uvicorn.Server):
         log.info("shutting down", extra={"signal": signal.Signals(sig).name})
         if self.inference.loop is not None:
             self.inference.loop.call_soon_threadsafe(self.inference.begin_shutdown)
+
+
+def freeze_startup_objects() -> int:
+    """Collect what is garbage now, then move every object left out of the collector's view
+    for good (a serving process calls it once, after loading); returns how many."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -71,12 +85,14 @@ def run_server(
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
+    freeze_startup_objects()
     log.info(
         "listening",
         extra={
             "url": f"http://{host}:{bound_port}",
             "port": bound_port,
             "models": [*server.entries, *server.generation],
+            "gc_frozen_objects": gc.get_freeze_count(),
         },
     )
     DrainingServer(config, server).run(sockets=[sock])
