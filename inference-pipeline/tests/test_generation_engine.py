@@ -13,7 +13,6 @@ import pytest
 import torch
 from inference_pipeline.generation.dense_past import DensePast
 from inference_pipeline.generation.engine import (
-    PREFILL_WORKER_NICENESS,
     ContinuousBatchingEngine,
     QueueFull,
     StaticBatchingEngine,
@@ -104,25 +103,27 @@ def test_rows_moving_from_the_short_to_the_long_past_keep_their_tokens(model: GP
     assert all(not d.lengths.any() for d in engine.dense)  # every row was given back
 
 
-def thread_niceness() -> int:
-    """The calling thread's OS niceness (Linux keeps one per thread)."""
-    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+def thread_policy() -> int | None:
+    """The calling thread's OS scheduling policy (Linux keeps one per thread; None elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return os.sched_getscheduler(threading.get_native_id())
 
 
 class ThreadRecordingStep(TorchStep):
-    """Eager PyTorch, noting which thread ran each call (and its niceness), whether it was a
-    prefill pass (more than one new token, or an empty past) or a decode pass, and its past's
-    width."""
+    """Eager PyTorch, noting which thread ran each call (and its scheduling policy), whether it
+    was a prefill pass (more than one new token, or an empty past) or a decode pass, and its
+    past's width."""
 
     def __init__(self, model: GPT) -> None:
         super().__init__(model)
         self.calls: list[tuple[str, str, int]] = []  # (kind, thread name, past width)
-        self.niceness: dict[str, set[int]] = collections.defaultdict(set)  # kind -> values
+        self.policies: dict[str, set[int | None]] = collections.defaultdict(set)  # kind -> set
 
     def __call__(self, tokens, positions, attention_mask, past):
         kind = "prefill" if tokens.shape[1] > 1 or past[0].shape[2] == 0 else "decode"
         self.calls.append((kind, threading.current_thread().name, past[0].shape[2]))
-        self.niceness[kind].add(thread_niceness())
+        self.policies[kind].add(thread_policy())
         return super().__call__(tokens, positions, attention_mask, past)
 
 
@@ -170,22 +171,22 @@ def test_concurrent_passes_give_the_serial_engines_tokens(model: GPT, temperatur
     assert min(threads["decode", "generation-decode"]) > 16
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
-def test_the_prefill_worker_runs_at_the_lowest_priority_and_decodes_at_the_processs(
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread policies are Linux's")
+def test_the_prefill_worker_runs_only_on_idle_cores_and_decodes_as_the_process_does(
     model: GPT,
 ) -> None:
-    """Every prefill pass runs on a thread at PREFILL_WORKER_NICENESS (the decode passes take
-    the cores first); every decode pass, here or on the decode worker, at the process's own
-    niceness, which the engine leaves as it was."""
-    assert PREFILL_WORKER_NICENESS == 19  # the lowest priority Linux has
-    own = thread_niceness()
+    """Every prefill pass runs on a thread under SCHED_IDLE (the decode passes take the cores
+    first); every decode pass, here or on the decode worker, under the process's own policy,
+    which the engine leaves as it was."""
+    own = thread_policy()
+    assert own != os.SCHED_IDLE
     step = ThreadRecordingStep(model)
     engine = ContinuousBatchingEngine(step, max_num_seqs=4, max_num_batched_tokens=10,
                                       block_size=4, short_width=16)  # fmt: skip
     handles = [engine.submit(GenerationRequest(p, 16)) for p in PROMPTS]
     engine.run_until_idle()
-    assert all(h.done for h in handles) and thread_niceness() == own
-    assert step.niceness == {"prefill": {max(own, PREFILL_WORKER_NICENESS)}, "decode": {own}}
+    assert all(h.done for h in handles) and thread_policy() == own
+    assert step.policies == {"prefill": {os.SCHED_IDLE}, "decode": {own}}
     decode_threads = {name.rsplit("_", 1)[0] for kind, name, _ in step.calls if kind == "decode"}
     assert decode_threads == {threading.current_thread().name, "generation-decode"}
 
