@@ -13,6 +13,7 @@ import pytest
 import torch
 from inference_pipeline.generation.dense_past import DensePast
 from inference_pipeline.generation.engine import (
+    PREFILL_WORKER_NICENESS,
     ContinuousBatchingEngine,
     QueueFull,
     StaticBatchingEngine,
@@ -103,27 +104,27 @@ def test_rows_moving_from_the_short_to_the_long_past_keep_their_tokens(model: GP
     assert all(not d.lengths.any() for d in engine.dense)  # every row was given back
 
 
-def thread_policy() -> int | None:
-    """The calling thread's OS scheduling policy (Linux keeps one per thread; None elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    return os.sched_getscheduler(threading.get_native_id())
+def thread_niceness() -> int:
+    """The calling thread's OS niceness (Linux keeps one per thread)."""
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
 
 class ThreadRecordingStep(TorchStep):
-    """Eager PyTorch, noting which thread ran each call (and its scheduling policy), whether it
-    was a prefill pass (more than one new token, or an empty past) or a decode pass, and its
-    past's width."""
+    """Eager PyTorch, noting which thread ran each call (and its niceness), whether it was a
+    prefill pass (more than one new token, or an empty past) or a decode pass, and its past's
+    width."""
 
     def __init__(self, model: GPT) -> None:
         super().__init__(model)
         self.calls: list[tuple[str, str, int]] = []  # (kind, thread name, past width)
-        self.policies: dict[str, set[int | None]] = collections.defaultdict(set)  # kind -> set
+        self.niceness: dict[str, set[int]] = collections.defaultdict(set)  # thread -> values
 
     def __call__(self, tokens, positions, attention_mask, past):
         kind = "prefill" if tokens.shape[1] > 1 or past[0].shape[2] == 0 else "decode"
-        self.calls.append((kind, threading.current_thread().name, past[0].shape[2]))
-        self.policies[kind].add(thread_policy())
+        thread = threading.current_thread().name
+        self.calls.append((kind, thread, past[0].shape[2]))
+        if sys.platform.startswith("linux"):
+            self.niceness[thread.rsplit("_", 1)[0]].add(thread_niceness())
         return super().__call__(tokens, positions, attention_mask, past)
 
 
@@ -162,33 +163,62 @@ def test_concurrent_passes_give_the_serial_engines_tokens(model: GPT, temperatur
     threads = collections.defaultdict(set)  # (kind, thread) -> past widths
     for kind, name, width in on_workers.calls:
         threads[kind, name.rsplit("_", 1)[0]].add(width)
-    assert set(threads) == {
-        ("decode", engine_thread),
+    # The first prompt's prefill ran here (nothing decoded beside it), the later ones' on the
+    # prefill worker (planned while the first decoded; a one-token chunk there looks like a
+    # decode pass). Which decode passes the decode worker ran depends on how the prefill
+    # passes' wall times fell, but only ever long rows'.
+    names = {name.rsplit("_", 1)[0] for _, name, _ in on_workers.calls}
+    assert {engine_thread, "generation-prefill"} <= names
+    assert names <= {engine_thread, "generation-prefill", "generation-decode"}
+    assert ("prefill", engine_thread) in threads and ("prefill", "generation-decode") not in threads
+    assert min(threads["decode", "generation-decode"], default=17) > 16
+
+
+def test_the_long_rows_decode_pass_runs_on_the_decode_worker(model: GPT) -> None:
+    """A long and a short prompt arrive together: the first iteration prefills both on the
+    engine's thread (no decode to run beside), and from then on the long row's decode pass
+    runs on the decode worker, beside the short row's here, with the oracle's tokens."""
+    step = ThreadRecordingStep(model)
+    engine = ContinuousBatchingEngine(step, max_num_seqs=2, max_num_batched_tokens=40,
+                                      block_size=4, short_width=16)  # fmt: skip
+    prompts = [PROMPTS[0], PROMPTS[1]]  # 20 bytes: a long row; 1 byte: a short one
+    handles = [engine.submit(GenerationRequest(p, 8)) for p in prompts]
+    engine.step()
+    engine.step()
+    here = threading.current_thread().name
+    calls = [(kind, name.rsplit("_", 1)[0], width) for kind, name, width in step.calls]
+    assert calls[0][:2] == ("prefill", here)
+    (_, _, short), (_, _, long) = sorted(calls[1:], key=lambda call: call[1] != here)
+    assert sorted(call[:2] for call in calls[1:]) == [
+        ("decode", here),
         ("decode", "generation-decode"),
-        ("prefill", "generation-prefill"),
-    }
-    # the decode worker ran the long rows' pass: past widths above the short rows' 16 slots
-    assert min(threads["decode", "generation-decode"]) > 16
+    ]
+    assert long > 16 >= short  # the worker read the long past
+    engine.run_until_idle()
+    assert [h.tokens for h in handles] == [greedy_no_cache(model, p, 8) for p in prompts]
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread policies are Linux's")
-def test_the_prefill_worker_runs_only_on_idle_cores_and_decodes_as_the_process_does(
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
+def test_the_prefill_worker_runs_at_the_lowest_priority_and_decodes_at_the_processs(
     model: GPT,
 ) -> None:
-    """Every prefill pass runs on a thread under SCHED_IDLE (the decode passes take the cores
-    first); every decode pass, here or on the decode worker, under the process's own policy,
+    """Every pass on the prefill worker runs at PREFILL_WORKER_NICENESS (the decode passes take
+    the cores first); every pass here or on the decode worker at the process's own niceness,
     which the engine leaves as it was."""
-    own = thread_policy()
-    assert own != os.SCHED_IDLE
+    assert PREFILL_WORKER_NICENESS == 19  # the lowest priority of the normal policy
+    own = thread_niceness()
     step = ThreadRecordingStep(model)
     engine = ContinuousBatchingEngine(step, max_num_seqs=4, max_num_batched_tokens=10,
                                       block_size=4, short_width=16)  # fmt: skip
-    handles = [engine.submit(GenerationRequest(p, 16)) for p in PROMPTS]
-    engine.run_until_idle()
-    assert all(h.done for h in handles) and thread_policy() == own
-    assert step.policies == {"prefill": {os.SCHED_IDLE}, "decode": {own}}
-    decode_threads = {name.rsplit("_", 1)[0] for kind, name, _ in step.calls if kind == "decode"}
-    assert decode_threads == {threading.current_thread().name, "generation-decode"}
+    first = engine.submit(GenerationRequest(PROMPTS[0], 16))
+    engine.step()  # its prefill ran here: nothing decoded beside it
+    handles = [first] + [engine.submit(GenerationRequest(p, 16)) for p in PROMPTS[1:]]
+    engine.run_until_idle()  # theirs ran on the prefill worker, beside the first one's decodes
+    assert all(h.done for h in handles) and thread_niceness() == own
+    here = threading.current_thread().name
+    assert step.niceness["generation-prefill"] == {max(own, PREFILL_WORKER_NICENESS)}
+    assert step.niceness[here] == {own}
+    assert step.niceness.get("generation-decode", {own}) == {own}
 
 
 class FakeClock:
@@ -460,6 +490,29 @@ def test_lru_eviction_reclaims_unreferenced_cached_blocks(model: GPT) -> None:
     assert stats.prefix_hit_tokens - hits == 20  # recent's 5 blocks survived, old's were evicted
     assert [h.tokens for h in again] == [greedy_no_cache(model, p, 4) for p in (recent, old)]
     engine.cache.check()
+
+
+def test_blocks_filled_while_decoding_are_cached_with_their_data(model: GPT) -> None:
+    """A decode step writes no block until the block fills, then the whole block from the
+    sequence's dense row: a later prompt that continues an earlier answer hits the blocks its
+    decode filled (16 of the 16 cached tokens, 8 of them generated) and still gives the
+    no-cache oracle's tokens, with concurrent passes and serial."""
+    prompt = b"Bank of"  # 7 bytes: blocks 2-3 of 4 are filled while decoding
+    for concurrent in (True, False):
+        engine = ContinuousBatchingEngine(
+            TorchStep(model), max_num_seqs=2, max_num_batched_tokens=8, block_size=4,
+            concurrent_passes=concurrent,
+        )  # fmt: skip
+        first = engine.submit(GenerationRequest(prompt, 14))
+        engine.run_until_idle()
+        assert first.tokens == greedy_no_cache(model, prompt, 14)
+        follow_up = prompt + bytes(first.tokens[:11])  # 18 bytes: 4 full blocks cached
+        hits = engine.scheduler.stats.prefix_hit_tokens
+        later = engine.submit(GenerationRequest(follow_up, 10))
+        engine.run_until_idle()
+        assert engine.scheduler.stats.prefix_hit_tokens - hits == 16
+        assert later.tokens == greedy_no_cache(model, follow_up, 10)
+        engine.cache.check()
 
 
 def test_forked_sequences_copy_a_shared_block_on_write() -> None:

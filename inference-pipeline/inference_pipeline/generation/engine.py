@@ -14,9 +14,10 @@ cores: the short rows' decode pass on the engine's thread, the long rows' on a d
 and a prefill pass on a prefill worker *across* iterations: the decode iterations go on while
 it runs, and its keys/values are written (and its finished prompts' first tokens sampled) at
 the first token boundary after it ends. A running stream's next token then waits for the
-decode passes only, never for a newcomer's prompt. The prefill worker runs under the OS's idle
-scheduling policy: when the three passes want the two cores at once, the decode passes get
-them and the prefill pass takes what they leave. While a prefill pass is in flight no other
+decode passes only, never for a newcomer's prompt (an iteration with no decode runs its
+prefill pass on the engine's thread, at once). The prefill worker runs at the lowest OS
+priority (niceness 19): when the three passes want the two cores at once, the decode passes get
+them first and the prefill pass the rest. While a prefill pass is in flight no other
 is planned (its sequences' chunks are not in the cache yet).
 
 StaticBatchingEngine: the baseline. It waits for a full batch (or ``max_wait_s``), prefills it,
@@ -56,6 +57,11 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 24
 # Admission delay, in last-prefill latencies (0: admit at every iteration): see GENERATION.md.
 DEFAULT_ADMISSION_DELAY_FACTOR = 0.0
+# The prefill worker's OS niceness (Linux, per thread): the lowest priority of the normal policy.
+# A decode pass waking up takes a core from it first; under load from other processes it still
+# gets a share (under SCHED_IDLE, which gets almost none, the engine's tests took 4x as long
+# beside two CPU-bound processes). See GENERATION.md for what it trades.
+PREFILL_WORKER_NICENESS = 19
 
 
 class QueueFull(RuntimeError):
@@ -92,13 +98,14 @@ class _DecodePass:
         return int(self.rows.max()) + 1
 
 
-def run_when_idle() -> None:
-    """The calling thread gets a core only when no other thread wants it: Linux's SCHED_IDLE
-    policy, set per thread (a thread waking up preempts it at once; the lowest niceness, 19,
-    still takes its share of a contended core, measured as ~0.15 ms more on the iterations
-    that launch a prefill pass). Elsewhere the policy is missing or per process: nothing."""
-    if sys.platform.startswith("linux") and hasattr(os, "SCHED_IDLE"):
-        os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))
+def lower_thread_priority(niceness: int) -> None:
+    """Lower the calling thread's OS scheduling priority to ``niceness`` (never raise it). Only
+    Linux sets a nice value per thread; elsewhere it would apply to a whole process, so this
+    does nothing there."""
+    if sys.platform.startswith("linux"):
+        thread = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, thread)
+        os.setpriority(os.PRIO_PROCESS, thread, max(current, niceness))
 
 
 @dataclass
@@ -225,13 +232,14 @@ class ContinuousBatchingEngine(_Engine):
         # time. Only the step calls run there; every write to the cache is on this thread.
         self._prefill_worker = self._decode_worker = None
         if concurrent_passes:
-            self._prefill_worker = self._worker("generation-prefill", when_idle=True)
+            self._prefill_worker = self._worker("generation-prefill", PREFILL_WORKER_NICENESS)
             self._decode_worker = self._worker("generation-decode")
 
-    def _worker(self, name: str, when_idle: bool = False) -> futures.ThreadPoolExecutor:
-        """One worker thread; ``when_idle``: it runs only on a core nothing else wants."""
+    def _worker(self, name: str, niceness: int | None = None) -> futures.ThreadPoolExecutor:
+        """One worker thread; ``niceness``: its OS scheduling priority (None: the process's)."""
+        lower = (lower_thread_priority, (niceness,)) if niceness is not None else (None, ())
         worker = futures.ThreadPoolExecutor(
-            1, thread_name_prefix=name, initializer=run_when_idle if when_idle else None
+            1, thread_name_prefix=name, initializer=lower[0], initargs=lower[1]
         )
         weakref.finalize(self, worker.shutdown, wait=False)
         return worker
@@ -298,8 +306,13 @@ class ContinuousBatchingEngine(_Engine):
         here, there = self._decode_lanes(plan.decode, places)
         here_inputs = [self._decode_inputs(p) for p in here]
         there_inputs = [self._decode_inputs(p) for p in there]
+        # A prefill pass goes to its worker when decode passes run beside it; with none to run
+        # (a lone request, an idle server) it runs here and now, so it never waits for an idle
+        # core that another process holds.
+        prefill_here = bool(plan.prefill) and (self._prefill_worker is None or not plan.decode)
         if plan.prefill:  # planned only when no prefill pass is in flight
-            self._prefilling.outputs = self._launch(self._prefill_worker, self._prefilling.inputs)
+            worker = None if prefill_here else self._prefill_worker
+            self._prefilling.outputs = self._launch(worker, self._prefilling.inputs)
         beside = None
         if there:  # at most one pass
             beside = self._decode_worker.submit(self.step_fn, *there_inputs[0])
@@ -312,7 +325,7 @@ class ContinuousBatchingEngine(_Engine):
             outputs.append(beside.result())
         self._decodes_done(here + there, [inputs[0] for inputs in here_inputs + there_inputs],
                            outputs)  # fmt: skip
-        if self._prefill_worker is None and self._prefilling is not None:
+        if prefill_here:
             self._finish_prefill()
 
     def _decode_lanes(
@@ -428,20 +441,24 @@ class ContinuousBatchingEngine(_Engine):
         tokens: list[np.ndarray],
         outputs: list[tuple[np.ndarray, list[np.ndarray]]],
     ) -> None:
-        """Every decode pass's new keys/values go to its dense rows, then to the blocks in one
-        write, and every decoding sequence's next token is sampled in one call."""
+        """Every decode pass's new keys/values go to its dense rows; the blocks record the
+        tokens, and a block the token filled is written from its dense row (the pool is
+        touched once per block, not per token); every decoding sequence's next token is
+        sampled in one call."""
         if not decodes:
             return
-        fed, new_kvs, last = [], [], []
+        fed, last = [], []
         for decode, pass_tokens, (logits, new) in zip(decodes, tokens, outputs, strict=True):
             new_kv = np.stack(new)[:, :, :, 0][:, decode.rows]  # [2L, len(seqs), H, D]
             decode.dense.append_one_each(decode.rows, new_kv)
             fed += pass_tokens[decode.rows, 0].tolist()
-            new_kvs.append(new_kv)
             last.append(logits[decode.rows, 0])
         seqs = [s for decode in decodes for s in decode.seqs]
-        new_kv = np.concatenate(new_kvs, axis=1) if len(new_kvs) > 1 else new_kvs[0]
-        self.cache.append_one_each([s.id for s in seqs], fed, new_kv[0::2], new_kv[1::2])
+        for seq_id, block in self.cache.advance_one_each([s.id for s in seqs], fed):
+            which, row = self._row_of[seq_id]
+            end = self.cache.lengths[seq_id]
+            kv = self.dense[which].kv[:, row, :, end - self.cache.block_size : end]
+            self.cache.write_block(block, kv[0::2], kv[1::2])
         self.stats.decode_passes += len(decodes)
         self._emit([s.handle for s in seqs], np.concatenate(last) if len(last) > 1 else last[0])
 

@@ -27,9 +27,13 @@ the first write to a block whose reference count is above one copies it first.
 referenced block's count equals the number of tables holding it.
 
 The step graph reads a dense past [B, H, P, D]; the engines keep that dense copy per row
-(``dense_past.py``), written alongside the blocks, and ``read`` copies a sequence's blocks into
-it only when the sequence starts on cached blocks (a prefix hit, a preempted sequence back).
-A paged-attention kernel (vLLM) would read the blocks in place instead.
+(``dense_past.py``), and ``read`` copies a sequence's blocks into it only when the sequence
+starts on cached blocks (a prefix hit, a preempted sequence back), which are full blocks. So a
+decode step records its tokens without their keys/values (``advance_one_each``) and the
+engine writes a block from the dense row when the block fills (``write_block``): per token it
+touches no block, and every full block, the only kind a lookup can return, holds its data.
+A running sequence's partial last block is stale in the pool until it fills (a preempted
+sequence recomputes it). A paged-attention kernel (vLLM) would read the blocks in place instead.
 """
 
 from __future__ import annotations
@@ -277,29 +281,29 @@ class PagedKVCache:
             done += take
         self._written(seq_id, list(tokens))
 
-    def append_one_each(
-        self, seq_ids: list[int], tokens: list[int], keys: np.ndarray, values: np.ndarray
-    ) -> None:
-        """Decode's write: one new token per sequence, keys/values [L, B, H, D], in one
-        scattered assignment instead of one per sequence."""
-        blocks, offsets, bs = [], [], self.block_size
-        for seq_id in seq_ids:
+    def advance_one_each(self, seq_ids: list[int], tokens: list[int]) -> list[tuple[int, int]]:
+        """Decode's bookkeeping, one new token per sequence, whose keys/values the caller keeps
+        (in its dense rows): returns ``(sequence, block)`` for every block this token filled,
+        keyed in the prefix cache now, whose data the caller writes (``write_block``) before
+        anything looks a block up. A filled block shared with a fork is copied first."""
+        filled, bs = [], self.block_size
+        for seq_id, token in zip(seq_ids, tokens, strict=True):
             position, table = self.lengths[seq_id], self.tables[seq_id]
             index = position // bs
             if index >= len(table):
                 raise OutOfBlocks(f"sequence {seq_id}: {position + 1} tokens exceed its blocks")
-            block = table[index]
-            blocks.append(block if self._refs[block] == 1 else self._writable(seq_id, index))
-            offsets.append(position - index * bs)
-        # pool[:, blocks, :, offsets] has shape [B, L, H, D] (advanced indices first).
-        self.keys[:, blocks, :, offsets] = keys.transpose(1, 0, 2, 3)
-        self.values[:, blocks, :, offsets] = values.transpose(1, 0, 2, 3)
-        for seq_id, token, offset in zip(seq_ids, tokens, offsets, strict=True):
-            if offset == bs - 1:  # the token fills its block: key it
+            if position - index * bs == bs - 1:  # the token fills its block: key it
+                filled.append((seq_id, self._writable(seq_id, index)))
                 self._written(seq_id, [token])
             else:
                 self.tokens[seq_id].append(token)
                 self.lengths[seq_id] += 1
+        return filled
+
+    def write_block(self, block: int, keys: np.ndarray, values: np.ndarray) -> None:
+        """A full block's keys and values, each ``[L, H, block_size, D]``."""
+        self.keys[:, block] = keys
+        self.values[:, block] = values
 
     def read(self, seq_id: int) -> tuple[np.ndarray, np.ndarray]:
         """The sequence's cached keys and values, each ``[L, H, length, D]`` (a copy)."""
