@@ -323,8 +323,7 @@ class ContinuousBatchingEngine(_Engine):
                 futures.wait([beside])  # the worker is done reading before anything is written
         if beside is not None:
             outputs.append(beside.result())
-        self._decodes_done(here + there, [inputs[0] for inputs in here_inputs + there_inputs],
-                           outputs)  # fmt: skip
+        self._decodes_done(here + there, outputs)
         if prefill_here:
             self._finish_prefill()
 
@@ -438,7 +437,6 @@ class ContinuousBatchingEngine(_Engine):
     def _decodes_done(
         self,
         decodes: list[_DecodePass],
-        tokens: list[np.ndarray],
         outputs: list[tuple[np.ndarray, list[np.ndarray]]],
     ) -> None:
         """Every decode pass's new keys/values go to its dense rows; the blocks record the
@@ -447,13 +445,13 @@ class ContinuousBatchingEngine(_Engine):
         sampled in one call."""
         if not decodes:
             return
-        fed, last = [], []
-        for decode, pass_tokens, (logits, new) in zip(decodes, tokens, outputs, strict=True):
+        last = []
+        for decode, (logits, new) in zip(decodes, outputs, strict=True):
             new_kv = np.stack(new)[:, :, :, 0][:, decode.rows]  # [2L, len(seqs), H, D]
             decode.dense.append_one_each(decode.rows, new_kv)
-            fed += pass_tokens[decode.rows, 0].tolist()
             last.append(logits[decode.rows, 0])
         seqs = [s for decode in decodes for s in decode.seqs]
+        fed = [s.handle.tokens[-1] for s in seqs]  # what the passes fed (_decode_inputs)
         for seq_id, block in self.cache.advance_one_each([s.id for s in seqs], fed):
             which, row = self._row_of[seq_id]
             end = self.cache.lengths[seq_id]

@@ -85,14 +85,14 @@ def run_server(
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
-    freeze_startup_objects()
+    frozen = freeze_startup_objects()
     log.info(
         "listening",
         extra={
             "url": f"http://{host}:{bound_port}",
             "port": bound_port,
             "models": [*server.entries, *server.generation],
-            "gc_frozen_objects": gc.get_freeze_count(),
+            "gc_frozen_objects": frozen,
         },
     )
     DrainingServer(config, server).run(sockets=[sock])
