@@ -577,10 +577,12 @@ def test_dense_past_holds_what_was_written_through_growing_and_shrinking() -> No
         elif oracle[row].shape[2] < config.max_positions - 1:  # decode: one token per live row
             rows = np.array([r for r in range(3) if oracle[r].shape[2] < config.max_positions])
             dense.reserve(int(dense.lengths[rows].max()) + 1)
-            new = rng.standard_normal((4, len(rows), 2, 2)).astype(np.float32)
-            dense.append_one_each(rows, new)
-            for i, r in enumerate(rows):
-                oracle[r] = np.concatenate([oracle[r], new[:, i, :, None]], axis=2)
+            # the pass's outputs: rows 0 .. top, one slot each; only ``rows`` are appended
+            top = int(rows.max()) + 1
+            new = rng.standard_normal((4, top, 2, 1, 2)).astype(np.float32)
+            dense.append_one_each(rows, list(new))
+            for r in rows:
+                oracle[r] = np.concatenate([oracle[r], new[:, r]], axis=2)
         widths.append(dense.width)
         for r in range(3):
             n = oracle[r].shape[2]

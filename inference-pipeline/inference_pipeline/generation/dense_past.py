@@ -117,11 +117,13 @@ class DensePast:
         self.mask[row, :end] = 1
         self.mask[row, end : self.width] = 0
 
-    def append_one_each(self, rows: np.ndarray, new_kv: np.ndarray) -> None:
-        """One new token per row in ``rows``, ``new_kv`` ``[2L, len(rows), H, D]``, written at
-        each row's length in one scattered assignment."""
+    def append_one_each(self, rows: np.ndarray, new: list[np.ndarray]) -> None:
+        """One new token for each row in ``rows``: ``new`` is a one-token pass's ``2L``
+        key/value outputs, ``[top, H, 1, D]`` each (rows ``0 .. top``, in the past's order),
+        and row ``r`` of them goes to row ``r``'s next slot, in one scattered assignment."""
         slots = self.lengths[rows]
+        side_by_side = np.concatenate(new, axis=2)[rows]  # [len(rows), H, 2L, D]
         # kv[:, rows, :, slots] has shape [len(rows), 2L, H, D] (advanced indices first)
-        self.kv[:, rows, :, slots] = new_kv.transpose(1, 0, 2, 3)
+        self.kv[:, rows, :, slots] = side_by_side.transpose(0, 2, 1, 3)
         self.mask[rows, slots] = 1
         self.lengths[rows] = slots + 1

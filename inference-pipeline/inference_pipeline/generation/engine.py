@@ -318,11 +318,17 @@ class ContinuousBatchingEngine(_Engine):
             beside = self._decode_worker.submit(self.step_fn, *there_inputs[0])
         try:
             outputs = [self.step_fn(*inputs) for inputs in here_inputs]
-        finally:
+            if beside is not None and not beside.done():
+                # The long rows' pass is still running: finish the short rows meanwhile (their
+                # dense past, blocks and streams are not what it reads).
+                self._decodes_done(here, outputs)
+                here, outputs = [], []
             if beside is not None:
-                futures.wait([beside])  # the worker is done reading before anything is written
-        if beside is not None:
-            outputs.append(beside.result())
+                outputs.append(beside.result())
+        except BaseException:
+            if beside is not None:
+                futures.wait([beside])  # the worker is done reading before the caller goes on
+            raise
         self._decodes_done(here + there, outputs)
         if prefill_here:
             self._finish_prefill()
@@ -447,8 +453,7 @@ class ContinuousBatchingEngine(_Engine):
             return
         last = []
         for decode, (logits, new) in zip(decodes, outputs, strict=True):
-            new_kv = np.stack(new)[:, :, :, 0][:, decode.rows]  # [2L, len(seqs), H, D]
-            decode.dense.append_one_each(decode.rows, new_kv)
+            decode.dense.append_one_each(decode.rows, new)
             last.append(logits[decode.rows, 0])
         seqs = [s for decode in decodes for s in decode.seqs]
         fed = [s.handle.tokens[-1] for s in seqs]  # what the passes fed (_decode_inputs)
@@ -593,7 +598,7 @@ class StaticBatchingEngine(_Engine):
             logits, new = self.step_fn(
                 feed, positions, dense.decode_mask(len(handles)), dense.past(len(handles))
             )
-            dense.append_one_each(live, np.stack([n[live, :, 0] for n in new]))
+            dense.append_one_each(live, new)
             self.stats.decode_passes += 1
             last = logits[:, 0]
 
