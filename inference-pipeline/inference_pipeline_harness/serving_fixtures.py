@@ -172,8 +172,10 @@ class CountingStep:
         time.sleep(self.pass_s)
         logits = np.zeros((*tokens.shape, 256), dtype=np.float32)
         np.put_along_axis(logits, ((tokens + 1) % 256)[..., None], 1.0, axis=-1)
-        total = past[0].shape[2] + tokens.shape[1]
-        return logits, [np.zeros((tokens.shape[0], 1, total, 2), np.float32) for _ in past]
+        # the new tokens' keys/values, [B, H, T, D] each (what a step function returns)
+        return logits, [
+            np.zeros((*tokens.shape[:1], 1, tokens.shape[1], 2), np.float32) for _ in past
+        ]
 
 
 def build_tiny_generation_folder(repository: Path, max_batch: int = 4, max_queue: int = 4) -> Path:

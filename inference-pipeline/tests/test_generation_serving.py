@@ -3,6 +3,7 @@ one process, the same /metrics, queue limit and SIGTERM drain (tiny untrained GP
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import math
@@ -20,7 +21,7 @@ from inference_pipeline.generation.engine import ContinuousBatchingEngine
 from inference_pipeline.generation.openai_routes import chat_prompt
 from inference_pipeline.generation.requests import GenerationRequest
 from inference_pipeline.generation.served import load_generation_service
-from inference_pipeline.generation.service import GenerationService
+from inference_pipeline.generation.service import GenerationService, loop_waker
 from inference_pipeline.serving.models import generation_folders, load_repository
 from inference_pipeline_harness.serving_fixtures import (
     TINY_GPT,
@@ -223,6 +224,30 @@ def test_waiting_streams_park_no_thread(gated_server):
     for thread in threads:
         thread.join(WAIT_S)
     assert len(results) == clients and all(r[-1]["finish_reason"] == "length" for r in results)
+
+
+def test_one_loop_wakeup_sets_every_stream_an_iteration_woke() -> None:
+    """The engine wakes 16 streams after one iteration: one callback on their event loop sets
+    the 16 events (one write to the loop's self-pipe, not 16); a wake after that callback ran
+    schedules the next one."""
+    loop = asyncio.new_event_loop()
+    try:
+        waker = loop_waker(loop)
+        assert loop_waker(loop) is waker  # one per loop
+        events = [asyncio.Event() for _ in range(16)]
+        engine_thread = threading.Thread(target=lambda: [waker.wake(e) for e in events])
+        engine_thread.start()
+        engine_thread.join(WAIT_S)
+        assert waker.wakeups == 1 and not any(e.is_set() for e in events)
+        loop.run_until_complete(asyncio.sleep(0))  # the loop runs the callback
+        assert all(e.is_set() for e in events)
+        late = asyncio.Event()
+        waker.wake(late)
+        assert waker.wakeups == 2 and not late.is_set()
+        loop.run_until_complete(asyncio.sleep(0))
+        assert late.is_set()
+    finally:
+        loop.close()
 
 
 def test_serve_refuses_what_it_cannot_serve_in_one_line(capsys) -> None:

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import queue
+import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Iterator
@@ -242,14 +244,52 @@ async def read_json(request: Request, limit: int) -> Any:
         raise GenerationError(400, "body is not valid JSON") from None
 
 
+class LoopWaker:
+    """Wakes streams waiting on one event loop from the engine's thread, with at most one
+    wake-up of the loop pending: an iteration that gives a token to 16 streams schedules one
+    callback (one write to the loop's self-pipe, one pass of the loop) that sets the 16
+    events, not 16. The engine calls ``wake`` for each stream while it holds the GIL, so the
+    callback, which runs on the loop's thread, finds the iteration's streams together."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.wakeups = 0  # loop callbacks scheduled
+        self._ready: list[asyncio.Event] = []
+        self._lock = threading.Lock()
+
+    def wake(self, event: asyncio.Event) -> None:
+        """Set ``event`` on the loop's thread soon (called from any thread)."""
+        with self._lock:
+            first = not self._ready
+            self._ready.append(event)
+        if first:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody listens
+                self.loop.call_soon_threadsafe(self._set_ready)
+                self.wakeups += 1
+
+    def _set_ready(self) -> None:
+        with self._lock:
+            ready, self._ready = self._ready, []
+        for event in ready:
+            event.set()
+
+
+_WAKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def loop_waker(loop: asyncio.AbstractEventLoop) -> LoopWaker:
+    """The one ``LoopWaker`` of ``loop`` (every stream on a loop shares it)."""
+    waker = _WAKERS.get(loop)
+    if waker is None:
+        waker = _WAKERS[loop] = LoopWaker(loop)
+    return waker
+
+
 def _wake_on_chunk(handle: RequestHandle, loop: asyncio.AbstractEventLoop) -> asyncio.Event:
     arrived = asyncio.Event()
-
-    def wake() -> None:  # on the engine's thread
-        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody listens
-            loop.call_soon_threadsafe(arrived.set)
-
-    handle.listener = wake
+    handle.listener = functools.partial(loop_waker(loop).wake, arrived)
     return arrived
 
 
