@@ -293,31 +293,33 @@ class ContinuousBatchingEngine(_Engine):
         return True
 
     def _iterate(self, plan: Plan) -> None:
-        """Place every row first (a placement may grow or move a dense past), then build every
-        pass's inputs, launch the prefill pass (on its worker, or on this thread and taken in
-        at once when the passes are serial), run the decode passes (the long rows' on the
-        decode worker at the same time as the short rows' here) and only then write their
-        keys/values and sample. The decode passes read their dense pasts in place and nothing
-        writes them while they run; the prefill pass reads its own copy."""
+        """Place every row first (a placement may grow or move a dense past), then launch the
+        passes, the longest first: the long rows' decode pass on the decode worker, the
+        prefill pass (on its worker, or on this thread and taken in at once when the passes
+        are serial) and the short rows' decode pass here. The short rows' keys/values are
+        written and their tokens sampled as soon as their pass ends, the long rows' once
+        theirs has. The decode passes read their dense pasts in place and nothing writes a
+        past while a pass reads it; the prefill pass reads its own copy."""
         lengths = self.cache.lengths
         places = [self._row(s, lengths[s.id] + 1) for s in plan.decode]
-        if plan.prefill:
-            self._prefilling = self._prefill_inputs(plan.prefill)
+        starts = [lengths.get(seq.id, 0) for seq, _ in plan.prefill]
+        chunk_places = [
+            self._row(seq, s + n) for (seq, n), s in zip(plan.prefill, starts, strict=True)
+        ]
         here, there = self._decode_lanes(plan.decode, places)
-        here_inputs = [self._decode_inputs(p) for p in here]
-        there_inputs = [self._decode_inputs(p) for p in there]
+        beside = None
+        if there:  # at most one pass
+            beside = self._decode_worker.submit(self.step_fn, *self._decode_inputs(there[0]))
         # A prefill pass goes to its worker when decode passes run beside it; with none to run
         # (a lone request, an idle server) it runs here and now, so it never waits for an idle
         # core that another process holds.
         prefill_here = bool(plan.prefill) and (self._prefill_worker is None or not plan.decode)
-        if plan.prefill:  # planned only when no prefill pass is in flight
-            worker = None if prefill_here else self._prefill_worker
-            self._prefilling.outputs = self._launch(worker, self._prefilling.inputs)
-        beside = None
-        if there:  # at most one pass
-            beside = self._decode_worker.submit(self.step_fn, *there_inputs[0])
         try:
-            outputs = [self.step_fn(*inputs) for inputs in here_inputs]
+            if plan.prefill:  # planned only when no prefill pass is in flight
+                self._prefilling = self._prefill_inputs(plan.prefill, starts, chunk_places)
+                worker = None if prefill_here else self._prefill_worker
+                self._prefilling.outputs = self._launch(worker, self._prefilling.inputs)
+            outputs = [self.step_fn(*self._decode_inputs(p)) for p in here]
             if beside is not None and not beside.done():
                 # The long rows' pass is still running: finish the short rows meanwhile (their
                 # dense past, blocks and streams are not what it reads).
@@ -465,11 +467,14 @@ class ContinuousBatchingEngine(_Engine):
         self.stats.decode_passes += len(decodes)
         self._emit([s.handle for s in seqs], np.concatenate(last) if len(last) > 1 else last[0])
 
-    def _prefill_inputs(self, chunks: list[tuple[SequenceState, int]]) -> _PrefillPass:
-        """One pass over the chunks, each after its sequence's cached tokens (copied from its
-        dense row into the pass's own past)."""
-        starts = [self.cache.lengths.get(seq.id, 0) for seq, _ in chunks]
-        places = [self._row(seq, s + n) for (seq, n), s in zip(chunks, starts, strict=True)]
+    def _prefill_inputs(
+        self,
+        chunks: list[tuple[SequenceState, int]],
+        starts: list[int],
+        places: list[tuple[int, int]],
+    ) -> _PrefillPass:
+        """One pass over the chunks, each after its sequence's ``start`` cached tokens (copied
+        from its dense row, at ``places``, into the pass's own past)."""
         width, new = max(starts), max(n for _, n in chunks)
         tokens = np.zeros((len(chunks), new), dtype=np.int64)
         positions = np.zeros((len(chunks), new), dtype=np.int64)
@@ -494,7 +499,10 @@ class ContinuousBatchingEngine(_Engine):
         prefill, self._prefilling = self._prefilling, None
         logits, new_kv = prefill.outputs.result()
         tokens = prefill.inputs[0]
-        keys, values = np.stack(new_kv[0::2]), np.stack(new_kv[1::2])  # [L, B, H, T, D]
+        batch, heads, new, dim = new_kv[0].shape
+        # the 2L outputs side by side in one copy: [B, 2L, H, T, D], keys at even indices
+        kv = np.concatenate(new_kv, axis=1).reshape(batch, len(new_kv), heads, new, dim)
+        keys, values = kv[:, 0::2], kv[:, 1::2]
         self.stats.prefill_passes += 1
         running = {seq.id for seq in self.running}
         ready, last = [], []
@@ -502,10 +510,9 @@ class ContinuousBatchingEngine(_Engine):
             if seq.id not in running or self.cache.lengths.get(seq.id) != start:
                 continue
             which, row = self._row(seq, start + n)  # its row may have moved meanwhile
-            self.cache.append(
-                seq.id, tokens[i, :n].tolist(), keys[:, i, :, :n], values[:, i, :, :n]
-            )
-            self.dense[which].write(row, keys[:, i, :, :n], values[:, i, :, :n], start)
+            chunk_keys, chunk_values = keys[i, :, :, :n], values[i, :, :, :n]  # [L, H, n, D]
+            self.cache.append(seq.id, tokens[i, :n].tolist(), chunk_keys, chunk_values)
+            self.dense[which].write(row, chunk_keys, chunk_values, start)
             self.stats.prefill_tokens += n
             if self.scheduler.remaining(seq) == 0:  # its last known token predicts the next
                 ready.append(seq.handle)

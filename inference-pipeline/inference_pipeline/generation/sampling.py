@@ -49,6 +49,8 @@ def sample_rows(
     greedy rows' tokens come from one argmax over the block, equal to ``sample_next`` row by
     row (both take the first maximum)."""
     greedy = logits.argmax(axis=-1).tolist()
+    if all(p.temperature == 0.0 for p in params):
+        return greedy
     return [
         best if p.temperature == 0.0 else sample_next(row, p, rng)
         for best, row, p, rng in zip(greedy, logits, params, rngs, strict=True)
