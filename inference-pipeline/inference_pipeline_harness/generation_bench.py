@@ -204,10 +204,11 @@ def run_load(
     """In process: clients call the engine directly (timings from the engine's handles).
 
     Like a server, the run keeps no request's objects once it is answered and takes every
-    streamed chunk as soon as it is made (the listener, on the engine's thread): chunks left in
-    the handles' queues, or finished handles kept to the end, would pile up tens of thousands
-    of objects per run and trigger the collector's pauses (~0.2 ms each) inside the measured
-    iterations, which a server's steady state does not have."""
+    streamed chunk as soon as it is made (the listener, on the engine's thread): a chunk per
+    token left in the handles' queues, and the finished handles, would pile up thousands of
+    tracked objects per run, and with them the collector's pauses (0.15-0.2 ms a young
+    collection, ~10 per run) inside the measured iterations, which a server's steady state,
+    whose streams take their chunks, does not have."""
     runner = EngineRunner(engine).start()
     samples = []
 
