@@ -198,6 +198,46 @@ def test_the_long_rows_decode_pass_runs_on_the_decode_worker(model: GPT) -> None
     assert [h.tokens for h in handles] == [greedy_no_cache(model, p, 8) for p in prompts]
 
 
+class HeldLongRowsStep(TorchStep):
+    """Eager PyTorch whose passes on the decode worker (the long rows') wait for ``release``."""
+
+    def __init__(self, model: GPT) -> None:
+        super().__init__(model)
+        self.release = threading.Event()
+
+    def __call__(self, tokens, positions, attention_mask, past):
+        on_worker = threading.current_thread().name.startswith("generation-decode")
+        if on_worker and not self.release.wait(30.0):
+            raise TimeoutError("the long rows' pass was never released")
+        return super().__call__(tokens, positions, attention_mask, past)
+
+
+def test_the_short_rows_token_streams_while_the_long_rows_pass_still_runs(model: GPT) -> None:
+    """In an iteration whose long rows' pass (on the decode worker) is still running when the
+    short rows' pass returns, the short row's token is written, sampled and streamed without
+    waiting for it; the long row's follows once its pass returns; both are the oracle's."""
+    step = HeldLongRowsStep(model)
+    engine = ContinuousBatchingEngine(step, max_num_seqs=2, max_num_batched_tokens=40,
+                                      block_size=4, short_width=16)  # fmt: skip
+    long, short = (engine.submit(GenerationRequest(p, 8)) for p in (PROMPTS[0], PROMPTS[1]))
+    engine.step()  # both prefilled here (nothing decodes beside): one token each
+    assert len(long.tokens) == len(short.tokens) == 1
+    iteration = threading.Thread(target=engine.step)
+    iteration.start()  # its long rows' pass waits on the decode worker
+    for _ in range(3000):
+        if len(short.tokens) == 2:
+            break
+        iteration.join(0.01)
+    streamed = [short.chunks.get_nowait().data for _ in range(2)]
+    assert len(short.tokens) == 2 and len(long.tokens) == 1 and iteration.is_alive()
+    assert streamed == [bytes(short.tokens[:1]), bytes(short.tokens[1:2])]
+    step.release.set()
+    iteration.join(30.0)
+    assert not iteration.is_alive() and len(long.tokens) == 2
+    engine.run_until_idle()
+    assert [long.tokens, short.tokens] == [greedy_no_cache(model, p, 8) for p in PROMPTS[:2]]
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
 def test_the_prefill_worker_runs_at_the_lowest_priority_and_decodes_at_the_processs(
     model: GPT,
