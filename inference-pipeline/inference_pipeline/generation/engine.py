@@ -447,10 +447,10 @@ class ContinuousBatchingEngine(_Engine):
         decodes: list[_DecodePass],
         outputs: list[tuple[np.ndarray, list[np.ndarray]]],
     ) -> None:
-        """Every decode pass's new keys/values go to its dense rows; the blocks record the
+        """Each of ``decodes``'s new keys/values go to its dense rows; the blocks record the
         tokens, and a block the token filled is written from its dense row (the pool is
-        touched once per block, not per token); every decoding sequence's next token is
-        sampled in one call."""
+        touched once per block, not per token); the next token of every sequence they
+        decoded is sampled in one call."""
         if not decodes:
             return
         last = []
