@@ -1,19 +1,19 @@
 """Generation benchmarks under a closed-loop load (not a test).
 
 ``python -m inference_pipeline_harness.generation_bench [--quick] [--http] [--experiments
-batching,prefix,memory,budget] [--out DIR]``, or through the pipeline's ``bench --generation``.
-Each of C clients sends its requests one after another (closed loop); the compared
+batching,prefix,memory,budget,passcost,steps] [--out DIR]``. Each of C clients sends its requests one after another (closed loop); the compared
 configurations serve the identical workload (same prompts, same long-tailed output lengths),
 interleaved in the same run, medians over rounds. Reported as vLLM's benchmark_serving does:
 output tokens/s, requests/s, goodput under the declared SLO, TTFT, TPOT, ITL and end-to-end
 latency (mean, median, p99).
 
 - ``batching``: continuous vs static batching per concurrency (in process, or ``--http``
-  through ``/v1/completions``): static with ``--threads`` and with 2 ONNX Runtime intra-op
+  through ``/v1/completions`` from clients in a process of their own): static with ``--threads`` and with 2 ONNX Runtime intra-op
   threads, continuous (the default: its passes side by side, the prefill pass across iterations),
   with every pass serial, and with one dense past (``--max-num-seqs``: also with fewer
   sequences running than clients); the target is checked against every static.
-- ``prefix``: every prompt shares a 128-byte prefix; prefix caching off vs on (HTTP), TTFT and
+- ``prefix``: every prompt shares a 128-byte prefix; prefix caching off vs on (HTTP, the same
+  clients' process), TTFT and
   the hit rate from ``/metrics`` against the workload's.
 - ``memory``: the same KV pool, blocks on demand (with preemption) vs reserve-up-front:
   sequences running at the peak.
@@ -31,11 +31,14 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
+import multiprocessing
 import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent import futures
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -53,11 +56,11 @@ from inference_pipeline.generation.requests import GenerationRequest
 from inference_pipeline.generation.runtime import StepFunction
 from inference_pipeline.generation.train import TrainSettings
 from inference_pipeline.loadtest.generation import (
-    COMPLETIONS_PATH,
     ServiceLevel,
     completion_body,
     good_requests,
     latency_stats,
+    replay_streams,
     token_timings,
 )
 from inference_pipeline.loadtest.generator import Sample
@@ -223,23 +226,48 @@ def run_load(
     return _summarize(engine, concurrency, seconds, samples, slo)
 
 
+class ClientProcess:
+    """The HTTP load's clients in a process of their own (one, reused across runs), as a
+    deployment's clients are: in the server's process they would share its GIL and its
+    event loop's turns with the engine, and a chunk's parsing would count in the server's
+    inter-token gaps. ``with ClientProcess() as clients: clients.replay(...)``."""
+
+    def __init__(self) -> None:
+        self._pool = futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+
+    def replay(
+        self, host: str, port: int, bodies: list[bytes], concurrency: int
+    ) -> tuple[list[Sample], float]:
+        """``replay_streams`` in the client process: the samples and their window (s)."""
+        return self._pool.submit(replay_streams, host, port, bodies, concurrency).result()
+
+    def close(self) -> None:
+        self._pool.shutdown()
+
+    def __enter__(self) -> ClientProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def run_load_http(
     engine: ContinuousBatchingEngine | StaticBatchingEngine,
     requests: list[GenerationRequest],
     concurrency: int,
+    clients: ClientProcess,
     slo: ServiceLevel = SLO,
     warmup: GenerationRequest | None = None,
     model: str = "bbc_gpt",
 ) -> tuple[RunResult, str]:
-    """Over HTTP: the engine mounted in the v2 server on loopback, clients stream
-    ``/v1/completions`` through the load generator's closed loop (``loadtest --generate``
-    measures the same way); TTFT and ITL are taken when each chunk arrives at the client.
-    ``warmup`` is sent (and not measured) first. Returns the result and the /metrics text."""
-    import asyncio
+    """Over HTTP: the engine mounted in the v2 server on loopback, ``clients`` (in their own
+    process) stream ``/v1/completions`` through the load generator's closed loop
+    (``loadtest --generate`` measures the same way); TTFT and ITL are taken when each chunk
+    arrives at the client, tokens/s over the clients' window. ``warmup`` is sent (and not
+    measured) first. Returns the result and the /metrics text."""
     import urllib.request
 
     from inference_pipeline.generation.service import GenerationService
-    from inference_pipeline.loadtest.generator import closed_loop_samples
 
     from inference_pipeline_harness.serving_fixtures import threaded_server
 
@@ -251,18 +279,9 @@ def run_load_http(
     bodies = [body(r) for r in requests]
     with threaded_server([], generation=(service,)) as (url, _):
         host, port = url.removeprefix("http://").split(":")
-
-        def replay(payloads: list[bytes], clients: int):
-            return asyncio.run(
-                closed_loop_samples(host, int(port), COMPLETIONS_PATH, payloads, clients,
-                                    3600.0, len(payloads), 0.0, 600.0, stream=True)
-            )  # fmt: skip
-
         if warmup is not None:
-            replay([body(warmup)], 1)
-        start = time.perf_counter()
-        samples, _ = replay(bodies, concurrency)
-        seconds = time.perf_counter() - start
+            clients.replay(host, int(port), [body(warmup)], 1)
+        samples, seconds = clients.replay(host, int(port), bodies, concurrency)
         with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
             metrics = response.read().decode()
     failed = [s.status for s in samples if s.status != 200]
@@ -334,11 +353,14 @@ def benchmark(
     over_http: bool = False,
     budget: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
     variants: dict[str, Variant] | None = None,
+    clients: ClientProcess | None = None,
 ) -> list[RunResult]:
     """Per concurrency, ``rounds`` alternating runs of the same workload, one per variant
     (name -> ``Variant``; default static and continuous on ``step``; continuous at the token
     ``budget`` unless its variant names one); returns the field-wise median per variant,
-    named as the variant."""
+    named as the variant. ``over_http`` sends the load from ``clients``."""
+    if over_http and clients is None:
+        raise ValueError("over_http needs the clients' process")
     variants = variants or {
         "static": Variant("static", step),
         "continuous": Variant("continuous", step),
@@ -352,7 +374,7 @@ def benchmark(
             for name, variant in variants.items():
                 engine = build_variant(variant, concurrency, budget)
                 if over_http:
-                    result, _ = run_load_http(engine, requests, concurrency)
+                    result, _ = run_load_http(engine, requests, concurrency, clients)
                 else:
                     result = run_load(engine, requests, concurrency)
                 result.engine = name
@@ -382,6 +404,7 @@ def prefix_benchmark(
     concurrency: int,
     requests_per_client: int,
     rounds: int,
+    clients: ClientProcess,
     progress=print,
 ) -> dict:
     """Every prompt = one shared 128-byte prefix + 16-47 own bytes, over the OpenAI route:
@@ -400,8 +423,8 @@ def prefix_benchmark(
         for mode in runs:
             model = f"prefix_{mode}_{round_index}"  # the metrics are per model name
             engine = make_engine("continuous", step, concurrency, prefix_caching=mode == "on")
-            result, metrics = run_load_http(engine, requests, concurrency, warmup=warmup,
-                                            model=model)  # fmt: skip
+            result, metrics = run_load_http(engine, requests, concurrency, clients,
+                                            warmup=warmup, model=model)  # fmt: skip
             if mode == "on":
                 hits = metric_value(metrics, "vllm:prefix_cache_hits_total", model)
                 asked = metric_value(metrics, "vllm:prefix_cache_queries_total", model)
@@ -867,58 +890,62 @@ def main(argv: list[str] | None = None) -> int:
         f"generation bench: {path.name}, experiments {experiments}, concurrency "
         f"{concurrencies}, {per_client} requests per client, output lengths {OUTPUT_LENGTHS}"
     )
-    if "batching" in experiments:
-        results = benchmark(step, held_out, sorted(set(concurrencies)), per_client, rounds,
-                            over_http=args.http, budget=args.budget,
-                            variants=batching)  # fmt: skip
-        figure = plot(results, args.out / f"generation_batching{suffix}.png")
-        report["results (median of rounds)"] = [asdict(r) for r in results]
-        if any(name.startswith("static") for name in batching):
-            verdicts = [verdict(results, engine=name) for name in batching
-                        if not name.startswith("static")]  # fmt: skip
-            report["verdict"] = next((v for v in verdicts if v["engine"] == "continuous"), None)
-            report["verdicts"] = verdicts
-            for summary in verdicts:
-                at16 = next(r for r in results if r.concurrency == 16
-                            and r.engine == summary["engine"])  # fmt: skip
-                print(
-                    f"{summary['engine']}/{summary['static']} at C=16: "
-                    f"{summary['tokens_per_s_speedup']:.2f}x tokens/s, p99 ITL ratio "
-                    f"{summary['itl_p99_ratio']:.2f}, TTFT p50/p99 {at16.ttft_p50_ms:.1f}/"
-                    f"{at16.ttft_p99_ms:.1f} ms -> target "
-                    f"{'met' if summary['target_met'] else 'missed'}"
-                )
-        print(f"plot {figure}")
-    if "prefix" in experiments:
-        prefix = prefix_benchmark(step, held_out, 16, per_client, rounds)
-        report["prefix_caching"] = prefix
-        print(
-            f"prefix caching at C=16: TTFT p50 {prefix['off']['ttft_p50_ms']:.1f} -> "
-            f"{prefix['on']['ttft_p50_ms']:.1f} ms ({prefix['ttft_p50_speedup']:.2f}x); hit "
-            f"rate {prefix['hit_rate_metrics']:.3f} on /metrics, "
-            f"{prefix['hit_rate_workload']:.3f} by the workload"
-        )
-    if "memory" in experiments:
-        memory = memory_benchmark(step, held_out, 16, per_client, args.kv_blocks, rounds)
-        report["kv_memory"] = memory
-        print(
-            f"{args.kv_blocks} KV blocks at C=16: peak running "
-            f"{memory['reserve_up_front']['peak_running']:.0f} reserve-up-front vs "
-            f"{memory['on_demand']['peak_running']:.0f} on demand "
-            f"({memory['peak_running_ratio']:.2f}x), "
-            f"{memory['on_demand']['preemptions']:.0f} preemptions"
-        )
-    if "budget" in experiments:
-        report["budget_sweep"] = budget_sweep(step, held_out, 16, per_client, budgets, rounds)
-    if "steps" in experiments:
-        report["step_breakdown"] = step_breakdown(step, held_out, 16, per_client, rounds,
-                                                  budget=args.budget,
-                                                  variants=steps)  # fmt: skip
-    if "passcost" in experiments:
-        report["pass_cost"] = pass_cost(step)
-        for row in report["pass_cost"]:
-            print(f"  decode pass, {row['rows']} rows x {row['past']} past positions: "
-                  f"median {row['median_ms']:.2f} ms, min {row['min_ms']:.2f} ms")  # fmt: skip
+    # The HTTP load's clients run in a process of their own, started once for the run.
+    over_http = (args.http and "batching" in experiments) or "prefix" in experiments
+    with contextlib.ExitStack() as stack:
+        clients = stack.enter_context(ClientProcess()) if over_http else None
+        if "batching" in experiments:
+            results = benchmark(step, held_out, sorted(set(concurrencies)), per_client, rounds,
+                                over_http=args.http, budget=args.budget,
+                                variants=batching, clients=clients)  # fmt: skip
+            figure = plot(results, args.out / f"generation_batching{suffix}.png")
+            report["results (median of rounds)"] = [asdict(r) for r in results]
+            if any(name.startswith("static") for name in batching):
+                verdicts = [verdict(results, engine=name) for name in batching
+                            if not name.startswith("static")]  # fmt: skip
+                report["verdict"] = next((v for v in verdicts if v["engine"] == "continuous"), None)
+                report["verdicts"] = verdicts
+                for summary in verdicts:
+                    at16 = next(r for r in results if r.concurrency == 16
+                                and r.engine == summary["engine"])  # fmt: skip
+                    print(
+                        f"{summary['engine']}/{summary['static']} at C=16: "
+                        f"{summary['tokens_per_s_speedup']:.2f}x tokens/s, p99 ITL ratio "
+                        f"{summary['itl_p99_ratio']:.2f}, TTFT p50/p99 {at16.ttft_p50_ms:.1f}/"
+                        f"{at16.ttft_p99_ms:.1f} ms -> target "
+                        f"{'met' if summary['target_met'] else 'missed'}"
+                    )
+            print(f"plot {figure}")
+        if "prefix" in experiments:
+            prefix = prefix_benchmark(step, held_out, 16, per_client, rounds, clients)
+            report["prefix_caching"] = prefix
+            print(
+                f"prefix caching at C=16: TTFT p50 {prefix['off']['ttft_p50_ms']:.1f} -> "
+                f"{prefix['on']['ttft_p50_ms']:.1f} ms ({prefix['ttft_p50_speedup']:.2f}x); hit "
+                f"rate {prefix['hit_rate_metrics']:.3f} on /metrics, "
+                f"{prefix['hit_rate_workload']:.3f} by the workload"
+            )
+        if "memory" in experiments:
+            memory = memory_benchmark(step, held_out, 16, per_client, args.kv_blocks, rounds)
+            report["kv_memory"] = memory
+            print(
+                f"{args.kv_blocks} KV blocks at C=16: peak running "
+                f"{memory['reserve_up_front']['peak_running']:.0f} reserve-up-front vs "
+                f"{memory['on_demand']['peak_running']:.0f} on demand "
+                f"({memory['peak_running_ratio']:.2f}x), "
+                f"{memory['on_demand']['preemptions']:.0f} preemptions"
+            )
+        if "budget" in experiments:
+            report["budget_sweep"] = budget_sweep(step, held_out, 16, per_client, budgets, rounds)
+        if "steps" in experiments:
+            report["step_breakdown"] = step_breakdown(step, held_out, 16, per_client, rounds,
+                                                      budget=args.budget,
+                                                      variants=steps)  # fmt: skip
+        if "passcost" in experiments:
+            report["pass_cost"] = pass_cost(step)
+            for row in report["pass_cost"]:
+                print(f"  decode pass, {row['rows']} rows x {row['past']} past positions: "
+                      f"median {row['median_ms']:.2f} ms, min {row['min_ms']:.2f} ms")  # fmt: skip
     (args.out / f"generation_bench{suffix}.json").write_text(json.dumps(report, indent=2))
     print(f"wrote {args.out / f'generation_bench{suffix}.json'}")
     return 0

@@ -7,6 +7,7 @@ import json
 from inference_pipeline.__main__ import main
 from inference_pipeline.generation.engine import ContinuousBatchingEngine
 from inference_pipeline.generation.routes import GenerationService
+from inference_pipeline.loadtest.generation import completion_body, replay_streams
 from inference_pipeline_harness.serving_fixtures import CountingStep, threaded_server
 
 PASS_S = 0.02  # every model pass sleeps this long: a floor under TTFT and inter-token gaps
@@ -52,3 +53,24 @@ def test_generate_mode_refuses_rate_and_reports_a_missing_model(capsys) -> None:
         assert main([*base, "--model", "absent", "--concurrency", "1"]) == 2
     err = capsys.readouterr().err
     assert "--rate is for infer" in err and "no stream succeeded" in err
+
+
+def test_replay_sends_each_body_once_and_times_every_streamed_token() -> None:
+    """A workload replayed once by 2 clients: one sample per body, each with one arrival per
+    token the engine generated for it, in order, inside the request and the window."""
+    service = GenerationService(
+        ContinuousBatchingEngine(CountingStep(PASS_S), max_num_seqs=4), "cnt"
+    )
+    lengths = [3, 1, 5, 2, 4]
+    bodies = [completion_body("cnt", [65 + i], n) for i, n in enumerate(lengths)]
+    with threaded_server([], generation=(service,)) as (url, _):
+        host, port = url.removeprefix("http://").split(":")
+        samples, window = replay_streams(host, int(port), bodies, 2)
+    assert [s.status for s in samples] == [200] * len(bodies)
+    assert sorted(len(s.arrivals) for s in samples) == sorted(lengths)
+    assert sum(len(s.arrivals) for s in samples) == service.engine.stats.generated_tokens
+    first, last = min(s.start for s in samples), max(s.end for s in samples)
+    assert window == last - first > 0
+    for s in samples:
+        assert s.start <= s.arrivals[0] and s.arrivals == sorted(s.arrivals)
+        assert s.arrivals[-1] <= s.end

@@ -10,6 +10,7 @@ every chunk is one byte-token.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from phase01_common.stats import percentiles
 
-from inference_pipeline.loadtest.generator import REJECT_STATUSES, Sample
+from inference_pipeline.loadtest.generator import REJECT_STATUSES, Sample, closed_loop_samples
 from inference_pipeline.loadtest.report import fixed_width
 
 GENERATION_PERCENTILES = (50, 90, 99)
@@ -69,6 +70,20 @@ def completion_body(model: str, prompt: str | list[int], max_tokens: int) -> byt
 
 def generation_bodies(model: str, prompts: Sequence[str], max_tokens: int) -> list[bytes]:
     return [completion_body(model, p, max_tokens) for p in prompts]
+
+
+def replay_streams(
+    host: str, port: int, bodies: list[bytes], concurrency: int, timeout_s: float = 600.0
+) -> tuple[list[Sample], float]:
+    """Every body sent once, in order, by ``concurrency`` closed-loop clients streaming
+    ``/v1/completions``: every request's sample (no warm-up window) and the window (s) from
+    the first request's start to the last one's end."""
+    samples, _ = asyncio.run(
+        closed_loop_samples(host, port, COMPLETIONS_PATH, bodies, concurrency, 3600.0,
+                            len(bodies), 0.0, timeout_s, stream=True)
+    )  # fmt: skip
+    window = max(s.end for s in samples) - min(s.start for s in samples) if samples else 0.0
+    return samples, window
 
 
 @dataclass(frozen=True)
