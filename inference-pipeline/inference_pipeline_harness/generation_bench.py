@@ -1,20 +1,21 @@
 """Generation benchmarks under a closed-loop load (not a test).
 
 ``python -m inference_pipeline_harness.generation_bench [--quick] [--http] [--experiments
-batching,prefix,memory,budget,passcost,steps] [--out DIR]``. Each of C clients sends its requests one after another (closed loop); the compared
-configurations serve the identical workload (same prompts, same long-tailed output lengths),
-interleaved in the same run, medians over rounds. Reported as vLLM's benchmark_serving does:
-output tokens/s, requests/s, goodput under the declared SLO, TTFT, TPOT, ITL and end-to-end
-latency (mean, median, p99).
+batching,prefix,memory,budget,passcost,steps] [--out DIR]``. Each of C clients sends its
+requests one after another (closed loop); the compared configurations serve the identical
+workload (same prompts, same long-tailed output lengths), interleaved in the same run, medians
+over rounds. Reported as vLLM's benchmark_serving does: output tokens/s, requests/s, goodput
+under the declared SLO, TTFT, TPOT, ITL and end-to-end latency (mean, median, p99).
 
 - ``batching``: continuous vs static batching per concurrency (in process, or ``--http``
-  through ``/v1/completions`` from clients in a process of their own): static with ``--threads`` and with 2 ONNX Runtime intra-op
-  threads, continuous (the default: its passes side by side, the prefill pass across iterations),
-  with every pass serial, and with one dense past (``--max-num-seqs``: also with fewer
-  sequences running than clients); the target is checked against every static.
-- ``prefix``: every prompt shares a 128-byte prefix; prefix caching off vs on (HTTP, the same
-  clients' process), TTFT and
-  the hit rate from ``/metrics`` against the workload's.
+  through ``/v1/completions``, from clients in a process of their own): static with
+  ``--threads`` and with 2 ONNX Runtime intra-op threads, continuous (the default: its passes
+  side by side, the prefill pass across iterations), with every pass serial, and with one
+  dense past (``--max-num-seqs``: also with fewer sequences running than clients); the target
+  is checked against every static.
+- ``prefix``: every prompt shares a 128-byte prefix; prefix caching off vs on (over HTTP,
+  from the same clients' process), TTFT and the hit rate from ``/metrics`` against the
+  workload's.
 - ``memory``: the same KV pool, blocks on demand (with preemption) vs reserve-up-front:
   sequences running at the peak.
 - ``budget``: the per-step token budget swept at C=16 (what the knob trades).
