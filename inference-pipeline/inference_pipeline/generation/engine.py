@@ -229,7 +229,9 @@ class ContinuousBatchingEngine(_Engine):
         # With ``concurrent_passes`` the step calls run on these workers while this thread runs
         # the short rows' decode pass: the step function releases the GIL (ONNX Runtime's
         # run, PyTorch's ops), so on two cores a pass beside another costs about its own
-        # time. Only the step calls run there; every write to the cache is on this thread.
+        # time. The prefill worker runs only step calls; the decode worker runs the long rows'
+        # whole decode pass, inputs to the writes into their dense past, which nothing else
+        # touches meanwhile. Every write to the block cache is on this thread.
         self._prefill_worker = self._decode_worker = None
         if concurrent_passes:
             self._prefill_worker = self._worker("generation-prefill", PREFILL_WORKER_NICENESS)
@@ -299,7 +301,9 @@ class ContinuousBatchingEngine(_Engine):
         are serial) and the short rows' decode pass here. The short rows' keys/values are
         written and their tokens sampled as soon as their pass ends, the long rows' once
         theirs has. The decode passes read their dense pasts in place and nothing writes a
-        past while a pass reads it; the prefill pass reads its own copy."""
+        past while a pass reads it; the prefill pass reads its own copy. A decode pass is one
+        job, inputs to written keys/values (``_run_decode``): on the worker its Python runs
+        while this thread's pass holds no GIL, off this thread's path."""
         lengths = self.cache.lengths
         places = [self._row(s, lengths[s.id] + 1) for s in plan.decode]
         starts = [lengths.get(seq.id, 0) for seq, _ in plan.prefill]
@@ -309,7 +313,7 @@ class ContinuousBatchingEngine(_Engine):
         here, there = self._decode_lanes(plan.decode, places)
         beside = None
         if there:  # at most one pass
-            beside = self._decode_worker.submit(self.step_fn, *self._decode_inputs(there[0]))
+            beside = self._decode_worker.submit(self._run_decode, there[0])
         # A prefill pass goes to its worker when decode passes run beside it; with none to run
         # (a lone request, an idle server) it runs here and now, so it never waits for an idle
         # core that another process holds.
@@ -319,19 +323,19 @@ class ContinuousBatchingEngine(_Engine):
                 self._prefilling = self._prefill_inputs(plan.prefill, starts, chunk_places)
                 worker = None if prefill_here else self._prefill_worker
                 self._prefilling.outputs = self._launch(worker, self._prefilling.inputs)
-            outputs = [self.step_fn(*self._decode_inputs(p)) for p in here]
+            logits = [self._run_decode(p) for p in here]
             if beside is not None and not beside.done():
                 # The long rows' pass is still running: finish the short rows meanwhile (their
-                # dense past, blocks and streams are not what it reads).
-                self._decodes_done(here, outputs)
-                here, outputs = [], []
+                # dense past, blocks and streams are not what it reads or writes).
+                self._decodes_done(here, logits)
+                here, logits = [], []
             if beside is not None:
-                outputs.append(beside.result())
+                logits.append(beside.result())
         except BaseException:
             if beside is not None:
                 futures.wait([beside])  # the worker is done reading before the caller goes on
             raise
-        self._decodes_done(here + there, outputs)
+        self._decodes_done(here + there, logits)
         if prefill_here:
             self._finish_prefill()
 
@@ -442,21 +446,21 @@ class ContinuousBatchingEngine(_Engine):
         positions = np.minimum(dense.lengths[:top], self.config.max_positions - 1)[:, None]
         return tokens, positions, dense.decode_mask(top), dense.past(top)
 
-    def _decodes_done(
-        self,
-        decodes: list[_DecodePass],
-        outputs: list[tuple[np.ndarray, list[np.ndarray]]],
-    ) -> None:
-        """Each of ``decodes``'s new keys/values go to its dense rows; the blocks record the
-        tokens, and a block the token filled is written from its dense row (the pool is
-        touched once per block, not per token); the next token of every sequence they
-        decoded is sampled in one call."""
+    def _run_decode(self, decode: _DecodePass) -> np.ndarray:
+        """One decode pass from start to end: its inputs, the step function, and its new
+        keys/values written to its dense rows (nothing else touches that past meanwhile).
+        Returns the decoding rows' logits ``[len(seqs), V]``."""
+        logits, new = self.step_fn(*self._decode_inputs(decode))
+        decode.dense.append_one_each(decode.rows, new)
+        return logits[decode.rows, 0]
+
+    def _decodes_done(self, decodes: list[_DecodePass], logits: list[np.ndarray]) -> None:
+        """After ``decodes`` ran (``_run_decode``, one logits block each): the blocks record the
+        fed tokens, and a block a token filled is written from its dense row (the pool is
+        touched once per block, not per token); the next token of every sequence they decoded
+        is sampled in one call."""
         if not decodes:
             return
-        last = []
-        for decode, (logits, new) in zip(decodes, outputs, strict=True):
-            decode.dense.append_one_each(decode.rows, new)
-            last.append(logits[decode.rows, 0])
         seqs = [s for decode in decodes for s in decode.seqs]
         fed = [s.handle.tokens[-1] for s in seqs]  # what the passes fed (_decode_inputs)
         for seq_id, block in self.cache.advance_one_each([s.id for s in seqs], fed):
@@ -465,7 +469,9 @@ class ContinuousBatchingEngine(_Engine):
             kv = self.dense[which].kv[:, row, :, end - self.cache.block_size : end]
             self.cache.write_block(block, kv[0::2], kv[1::2])
         self.stats.decode_passes += len(decodes)
-        self._emit([s.handle for s in seqs], np.concatenate(last) if len(last) > 1 else last[0])
+        self._emit(
+            [s.handle for s in seqs], np.concatenate(logits) if len(logits) > 1 else logits[0]
+        )
 
     def _prefill_inputs(
         self,
