@@ -688,24 +688,25 @@ def _median_nested(runs: list[dict]) -> dict:
 def verdict(
     results: list[RunResult], concurrency: int = 16, engine: str = "continuous"
 ) -> dict[str, float | bool | str]:
-    """The target at concurrency 16: ``engine`` at >= 2x tokens/s at an equal or lower p99
-    ITL, against every static variant in ``results`` (engine names starting "static"); the
-    figures quoted are against the static with the lower p99 ITL (the stronger tail)."""
+    """The target at concurrency 16: ``engine`` at >= 2x the tokens/s of every static variant
+    in ``results`` (engine names starting "static") at a p99 ITL no higher than any of theirs.
+    The figures quoted are the binding ones, the ones ``target_met`` checks: tokens/s against
+    the static with the most tokens/s, p99 ITL against the static with the lowest p99."""
     at = [r for r in results if r.concurrency == concurrency]
     continuous = next(r for r in at if r.engine == engine)
     statics = [r for r in at if r.engine.startswith("static")]
-    best = min(statics, key=lambda r: r.itl_p99_ms)
-    met = all(
-        continuous.tokens_per_s >= 2.0 * r.tokens_per_s and continuous.itl_p99_ms <= r.itl_p99_ms
-        for r in statics
-    )
+    fastest = max(statics, key=lambda r: r.tokens_per_s)
+    steadiest = min(statics, key=lambda r: r.itl_p99_ms)
+    speedup = continuous.tokens_per_s / fastest.tokens_per_s
+    ratio = continuous.itl_p99_ms / steadiest.itl_p99_ms
     return {
         "concurrency": concurrency,
         "engine": engine,
-        "static": best.engine,
-        "tokens_per_s_speedup": continuous.tokens_per_s / best.tokens_per_s,
-        "itl_p99_ratio": continuous.itl_p99_ms / best.itl_p99_ms,
-        "target_met": met,
+        "tokens_per_s_static": fastest.engine,
+        "tokens_per_s_speedup": speedup,
+        "itl_p99_static": steadiest.engine,
+        "itl_p99_ratio": ratio,
+        "target_met": speedup >= 2.0 and ratio <= 1.0,
     }
 
 
@@ -910,9 +911,10 @@ def main(argv: list[str] | None = None) -> int:
                     at16 = next(r for r in results if r.concurrency == 16
                                 and r.engine == summary["engine"])  # fmt: skip
                     print(
-                        f"{summary['engine']}/{summary['static']} at C=16: "
-                        f"{summary['tokens_per_s_speedup']:.2f}x tokens/s, p99 ITL ratio "
-                        f"{summary['itl_p99_ratio']:.2f}, TTFT p50/p99 {at16.ttft_p50_ms:.1f}/"
+                        f"{summary['engine']} at C=16: {summary['tokens_per_s_speedup']:.2f}x "
+                        f"{summary['tokens_per_s_static']}'s tokens/s, p99 ITL "
+                        f"{summary['itl_p99_ratio']:.2f}x {summary['itl_p99_static']}'s, "
+                        f"TTFT p50/p99 {at16.ttft_p50_ms:.1f}/"
                         f"{at16.ttft_p99_ms:.1f} ms -> target "
                         f"{'met' if summary['target_met'] else 'missed'}"
                     )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from inference_pipeline.__main__ import main
 from inference_pipeline.generation.engine import ContinuousBatchingEngine
 from inference_pipeline.generation.routes import GenerationService
 from inference_pipeline.loadtest.generation import completion_body, replay_streams
+from inference_pipeline_harness.generation_bench import RunResult, verdict
 from inference_pipeline_harness.serving_fixtures import CountingStep, threaded_server
 
 PASS_S = 0.02  # every model pass sleeps this long: a floor under TTFT and inter-token gaps
@@ -74,3 +76,25 @@ def test_replay_sends_each_body_once_and_times_every_streamed_token() -> None:
     for s in samples:
         assert s.start <= s.arrivals[0] and s.arrivals == sorted(s.arrivals)
         assert s.arrivals[-1] <= s.end
+
+
+def _result(engine: str, tokens_per_s: float, itl_p99_ms: float) -> RunResult:
+    fields = {f.name: 0.0 for f in dataclasses.fields(RunResult)}
+    fields.update(engine=engine, concurrency=16, tokens_per_s=tokens_per_s, itl_p99_ms=itl_p99_ms)
+    return RunResult(**fields)
+
+
+def test_the_verdict_quotes_the_binding_static_for_each_figure() -> None:
+    # the faster static has the higher tail: tokens/s is checked against it, p99 against the other
+    statics = [_result("static", 3000.0, 2.0), _result("static-2-threads", 4000.0, 2.2)]
+    summary = verdict([*statics, _result("continuous", 8400.0, 1.9)])
+    assert summary["tokens_per_s_static"] == "static-2-threads"
+    assert summary["tokens_per_s_speedup"] == 8400.0 / 4000.0
+    assert summary["itl_p99_static"] == "static"
+    assert summary["itl_p99_ratio"] == 1.9 / 2.0
+    assert summary["target_met"]
+    # 2.8x the slower static but 1.95x the faster one: missed, and the figure says why
+    missed = verdict([*statics, _result("continuous", 7800.0, 1.9)])
+    assert not missed["target_met"] and missed["tokens_per_s_speedup"] < 2.0
+    # under the faster static's tail but above the steadier one's: missed
+    assert not verdict([*statics, _result("continuous", 8400.0, 2.1)])["target_met"]
