@@ -102,6 +102,8 @@ def test_rows_moving_from_the_short_to_the_long_past_keep_their_tokens(model: GP
     # short rows filled up to their 16 slots, longer ones lived in the long past
     assert longest[0] == 16 and longest[1] > 16
     assert all(not d.lengths.any() for d in engine.dense)  # every row was given back
+    # each past kept its full width: rows came and went without a resize copy
+    assert [(d.width, d.resizes) for d in engine.dense] == [(16, 0), (TINY_CONFIG.max_positions, 0)]
 
 
 def thread_niceness() -> int:
@@ -598,9 +600,10 @@ def test_paged_read_returns_what_was_appended() -> None:
     cache.check()
 
 
-def test_dense_past_holds_what_was_written_through_growing_and_shrinking() -> None:
+@pytest.mark.parametrize("grow", [8, 40], ids=["growing", "full-width"])
+def test_dense_past_holds_what_was_written_through_growing_and_shrinking(grow: int) -> None:
     config = GPTConfig(n_layer=2, n_head=2, d_model=4, max_positions=40)
-    dense = DensePast(config, rows=3, grow=8)
+    dense = DensePast(config, rows=3, grow=grow)
     rng = np.random.default_rng(3)
     oracle = [np.zeros((4, 2, 0, 2), np.float32) for _ in range(3)]  # [2L, H, length, D]
     widths = []
@@ -632,7 +635,10 @@ def test_dense_past_holds_what_was_written_through_growing_and_shrinking() -> No
             assert dense.mask[r, dense.width] == 1  # the new token's own slot
         past = dense.past(2)
         assert len(past) == 4 and all(p.flags.c_contiguous and p.shape[0] == 2 for p in past)
-    assert dense.resizes > 2 and max(widths) > min(widths[10:])  # it grew and shrank
+    if grow < config.max_positions:
+        assert dense.resizes > 2 and max(widths) > min(widths[10:])  # it grew and shrank
+    else:  # the full width from the start, never a copy
+        assert dense.resizes == 0 and set(widths) == {config.max_positions}
 
 
 def test_a_failing_model_ends_requests_with_error_and_frees_blocks() -> None:

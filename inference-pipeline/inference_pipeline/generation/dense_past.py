@@ -13,7 +13,9 @@ hides. Growing (when a row needs more slots) and shrinking (when the long rows h
 copy the rows once into the other of two buffers allocated (and touched) up front for the
 widest capacity, so a resize is one copy of the live slots, never an allocation (a fresh
 multi-MB array costs more in page faults than the copy); with ``grow`` slots of headroom it
-happens at most once per ``grow`` tokens of the longest row.
+happens at most once per ``grow`` tokens of the longest row. A past with ``grow >= max_width``
+has its full width from the start: one buffer, never resized (the continuous engine's, whose
+rows come and go: there a resize would be a copy of every live row inside the streams' gap).
 """
 
 from __future__ import annotations
@@ -40,13 +42,15 @@ class DensePast:
         self.lengths = np.zeros(rows, dtype=np.int64)  # valid slots per row
         self._shape = (2 * config.n_layer, rows, config.n_head, config.head_dim)
         size = int(np.prod(self._shape)) * max_width
-        self._buffers = [np.empty(size, np.float32), np.empty(size, np.float32)]
+        full = grow >= max_width  # full width from the start: nothing to resize into
+        self._buffers = [np.empty(size, np.float32) for _ in range(1 if full else 2)]
         for buffer in self._buffers:
             buffer.fill(0.0)  # touch every page now, not inside a pass
         self._current = 0
-        self.kv = self._layout(0, 0)
+        self.kv = self._layout(0, max_width if full else 0)
         # [rows, width + 1]: the past slots (1 = valid), then the one new token of a decode pass
-        self.mask = np.ones((rows, 1), dtype=np.int64)
+        self.mask = np.zeros((rows, self.width + 1), dtype=np.int64)
+        self.mask[:, self.width] = 1
         self.resizes = 0
 
     @property
