@@ -912,8 +912,8 @@ def main(argv: list[str] | None = None) -> int:
                                 and r.engine == summary["engine"])  # fmt: skip
                     print(
                         f"{summary['engine']} at C=16: {summary['tokens_per_s_speedup']:.2f}x "
-                        f"{summary['tokens_per_s_static']}'s tokens/s, p99 ITL "
-                        f"{summary['itl_p99_ratio']:.2f}x {summary['itl_p99_static']}'s, "
+                        f"the tokens/s of {summary['tokens_per_s_static']}, p99 ITL "
+                        f"{summary['itl_p99_ratio']:.2f}x that of {summary['itl_p99_static']}, "
                         f"TTFT p50/p99 {at16.ttft_p50_ms:.1f}/"
                         f"{at16.ttft_p99_ms:.1f} ms -> target "
                         f"{'met' if summary['target_met'] else 'missed'}"
