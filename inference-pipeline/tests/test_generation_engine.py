@@ -23,7 +23,6 @@ from inference_pipeline.generation.paged_cache import OutOfBlocks, PagedKVCache
 from inference_pipeline.generation.requests import GenerationRequest
 from inference_pipeline.generation.runtime import TorchStep
 from inference_pipeline.generation.sampling import SamplingParams
-from inference_pipeline_harness.serving_fixtures import CountingStep as SleepingCountingStep
 from inference_pipeline_harness.serving_fixtures import one_torch_thread
 
 PROMPTS = [
@@ -242,38 +241,6 @@ def test_the_short_rows_token_streams_while_the_long_rows_pass_still_runs(model:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
-def test_a_prefill_pass_taken_in_beside_a_decode_streams_its_first_token_at_the_boundary() -> None:
-    """A finished prefill pass is taken in while the iteration's decode pass runs (a prefill
-    turn): the step that takes it in streams none of the newcomer's tokens; the next one streams
-    its first token at the token boundary and decodes its second in the same iteration, so its
-    first gap is one iteration, as every other. Serial, the last take-in streams at once."""
-
-    def run(concurrent: bool) -> list[int]:
-        # every pass sleeps (holding no GIL): the prefill worker runs while the first decodes
-        engine = ContinuousBatchingEngine(
-            SleepingCountingStep(pass_s=0.001), max_num_seqs=2, max_num_batched_tokens=8,
-            block_size=4, concurrent_passes=concurrent,
-        )  # fmt: skip
-        first = engine.submit(GenerationRequest(b"abc", 200))
-        engine.step()  # prefilled here (nothing to decode beside it), its first token sampled
-        second = engine.submit(GenerationRequest(b"klmnopqrstuvwxy", 6))  # 7 + 7 + 1 bytes
-        counts = []  # the newcomer's tokens after each step that took in one of its chunks
-        while not second.tokens or len(counts) < 3:
-            passes, before = engine.stats.prefill_passes, len(first.tokens)
-            engine.step()
-            assert len(first.tokens) == before + 1  # the first decoded in every step
-            if engine.stats.prefill_passes > passes:
-                counts.append(len(second.tokens))
-        counts.append(len(second.tokens))  # and after the step that streamed its first token
-        engine.run_until_idle()
-        assert second.tokens == counted(b"klmnopqrstuvwxy", 6)
-        assert first.tokens == counted(b"abc", 200)
-        return counts
-
-    assert run(True) == [0, 0, 0, 2]  # three chunks taken in beside decodes, then 1 + 1 tokens
-    assert run(False) == [0, 0, 1, 1]  # the last chunk's take-in streams its first token
-
-
 def test_the_prefill_worker_runs_at_the_lowest_priority_and_decodes_at_the_processs(
     model: GPT,
 ) -> None:

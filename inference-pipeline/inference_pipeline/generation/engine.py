@@ -12,11 +12,9 @@ next token (inter-token latency).
 With ``concurrent_passes`` (the default) the passes of an iteration run side by side on two
 cores: the short rows' decode pass on the engine's thread, the long rows' on a decode worker,
 and a prefill pass on a prefill worker *across* iterations: the decode iterations go on while
-it runs. The iteration after it ends takes it in (its keys/values written, its finished
-prompts' first tokens sampled, to be streamed at the next token boundary) and launches the next
-one, on the decode worker while the engine's thread is in its own decode pass (a *prefill
-turn*). A running stream's next token then waits for the decode passes only, never for a
-newcomer's prompt, nor for the Python that takes one in (an iteration with no decode runs its
+it runs, and its keys/values are written (and its finished prompts' first tokens sampled) at
+the first token boundary after it ends. A running stream's next token then waits for the
+decode passes only, never for a newcomer's prompt (an iteration with no decode runs its
 prefill pass on the engine's thread, at once). The prefill worker runs at the lowest OS
 priority (niceness 19): when the three passes want the two cores at once, the decode passes get
 them first and the prefill pass the rest. While a prefill pass is in flight no other
@@ -36,7 +34,6 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 
@@ -233,18 +230,12 @@ class ContinuousBatchingEngine(_Engine):
         self._free_rows = [list(range(max_num_seqs)) for _ in self.dense]
         self._freed = False  # a row was freed since the last compaction
         self._prefilling: _PrefillPass | None = None  # the prefill pass in flight
-        # First tokens sampled when a prefill pass was taken in beside a decode pass: streamed
-        # at the next token boundary, where their sequences join the decodes (a first token
-        # streamed mid-iteration would make its stream's first gap one and a half iterations).
-        self._first_tokens: list[tuple[list[RequestHandle], np.ndarray]] = []
         # With ``concurrent_passes`` the step calls run on these workers while this thread runs
         # the short rows' decode pass: the step function releases the GIL (ONNX Runtime's
         # run, PyTorch's ops), so on two cores a pass beside another costs about its own
         # time. The prefill worker runs only step calls; the decode worker runs the long rows'
         # whole decode pass, inputs to the writes into their dense past, which nothing else
-        # touches meanwhile, and the prefill turns. Every other write to the engine's state
-        # (blocks, scheduler, dense rows) is on this thread; a turn's, while this thread waits
-        # for it in its own step call.
+        # touches meanwhile. Every write to the block cache is on this thread.
         self._prefill_worker = self._decode_worker = None
         if concurrent_passes:
             self._prefill_worker = self._worker("generation-prefill", PREFILL_WORKER_NICENESS)
@@ -292,12 +283,7 @@ class ContinuousBatchingEngine(_Engine):
         return busy
 
     def _step(self) -> bool:
-        self._stream_first_tokens()
-        finished = self._prefilling is not None and self._prefilling.outputs.done()
-        # With concurrent passes a finished prefill pass is taken in during the iteration's
-        # short-rows pass (``_prefill_turn``); serial, it is taken in here.
-        turn = finished and self._decode_worker is not None
-        if finished and not turn:
+        if self._prefilling is not None and self._prefilling.outputs.done():
             self._finish_prefill()
         self._retire()  # after the prefill: its first token may have been a request's last
         plan = self.scheduler.schedule(prefill=self._prefilling is None)
@@ -309,29 +295,19 @@ class ContinuousBatchingEngine(_Engine):
             self._finish_prefill()
             return True
         self.stats.iterations += 1
-        self._iterate(plan, turn)
+        self._iterate(plan)
         return True
 
-    def _stream_first_tokens(self) -> None:
-        """Stream the first tokens a prefill turn sampled (a request cancelled since gets none)."""
-        for handles, logits in self._first_tokens:
-            live = [i for i, h in enumerate(handles) if not h.done]
-            if live:
-                self._emit([handles[i] for i in live], logits[live])
-        self._first_tokens = []
-
-    def _iterate(self, plan: Plan, turn: bool = False) -> None:
-        """Place every row first (a placement may move a row), then launch the passes, the
-        longest first: the long rows' decode pass on the decode worker, the
+    def _iterate(self, plan: Plan) -> None:
+        """Place every row first (a placement may move a row), then launch the
+        passes, the longest first: the long rows' decode pass on the decode worker, the
         prefill pass (on its worker, or on this thread and taken in at once when the passes
         are serial) and the short rows' decode pass here. The short rows' keys/values are
         written and their tokens sampled as soon as their pass ends, the long rows' once
         theirs has. The decode passes read their dense pasts in place and nothing writes a
         past while a pass reads it; the prefill pass reads its own copy. A decode pass is one
         job, inputs to written keys/values (``_run_decode``): on the worker its Python runs
-        while this thread's pass holds no GIL, off this thread's path. With ``turn`` the
-        finished prefill pass is taken in and the next launched (``_prefill_turn``) on the
-        decode worker while the short rows' pass runs, off this thread's path too."""
+        while this thread's pass holds no GIL, off this thread's path."""
         lengths = self.cache.lengths
         places = [self._row(s, lengths[s.id] + 1) for s in plan.decode]
         starts = [lengths.get(seq.id, 0) for seq, _ in plan.prefill]
@@ -351,10 +327,7 @@ class ContinuousBatchingEngine(_Engine):
                 self._prefilling = self._prefill_inputs(plan.prefill, starts, chunk_places)
                 worker = None if prefill_here else self._prefill_worker
                 self._prefilling.outputs = self._launch(worker, self._prefilling.inputs)
-            logits = [
-                self._run_decode(p, (lambda: self._prefill_turn(plan)) if turn and i == 0 else None)
-                for i, p in enumerate(here)
-            ]
+            logits = [self._run_decode(p) for p in here]
             if beside is not None and not beside.done():
                 # The long rows' pass is still running: finish the short rows meanwhile (their
                 # dense past, blocks and streams are not what it reads or writes).
@@ -472,40 +445,13 @@ class ContinuousBatchingEngine(_Engine):
         positions = np.minimum(dense.lengths[:top], self.config.max_positions - 1)[:, None]
         return tokens, positions, dense.decode_mask(top), dense.past(top)
 
-    def _run_decode(self, decode: _DecodePass, beside: Callable[[], None] | None = None):
+    def _run_decode(self, decode: _DecodePass) -> np.ndarray:
         """One decode pass from start to end: its inputs, the step function, and its new
         keys/values written to its dense rows (nothing else touches that past meanwhile).
-        Returns the decoding rows' logits ``[len(seqs), V]``. ``beside`` runs on the decode
-        worker (after the long rows' pass, if it has one) while the step function runs here,
-        and ends before this goes on: the engine's state is its own meanwhile (what it writes
-        of a dense past are rows the passes do not decode; their outputs are dropped)."""
-        inputs = self._decode_inputs(decode)
-        job = self._decode_worker.submit(beside) if beside is not None else None
-        try:
-            logits, new = self.step_fn(*inputs)
-        finally:
-            if job is not None:
-                futures.wait([job])
-        if job is not None:
-            job.result()  # its error (a failed prefill pass) is the iteration's
+        Returns the decoding rows' logits ``[len(seqs), V]``."""
+        logits, new = self.step_fn(*self._decode_inputs(decode))
         decode.dense.append_one_each(decode.rows, new)
         return logits[decode.rows, 0]
-
-    def _prefill_turn(self, plan: Plan) -> None:
-        """Take in the finished prefill pass (its first tokens held for the next boundary) and
-        launch the next one on the prefill worker: the chunks and admissions that the budget
-        left by ``plan``'s decodes allows."""
-        self._finish_prefill(hold_first_tokens=True, decoding=set(plan.decode))
-        turn = Plan(decode=list(plan.decode), preempted=list(plan.preempted))
-        self.scheduler.plan_prefill(turn)
-        if turn.prefill:
-            lengths = self.cache.lengths
-            starts = [lengths.get(seq.id, 0) for seq, _ in turn.prefill]
-            places = [
-                self._row(seq, s + n) for (seq, n), s in zip(turn.prefill, starts, strict=True)
-            ]
-            self._prefilling = self._prefill_inputs(turn.prefill, starts, places)
-            self._prefilling.outputs = self._launch(self._prefill_worker, self._prefilling.inputs)
 
     def _decodes_done(self, decodes: list[_DecodePass], logits: list[np.ndarray]) -> None:
         """After ``decodes`` ran (``_run_decode``, one logits block each): the blocks record the
@@ -549,17 +495,12 @@ class ContinuousBatchingEngine(_Engine):
             past[:, i, :, :start] = self.dense[which].kv[:, row, :, :start]
         return _PrefillPass(chunks, starts, (tokens, positions, mask, list(past)))
 
-    def _finish_prefill(
-        self, hold_first_tokens: bool = False, decoding: frozenset | set = frozenset()
-    ) -> None:
+    def _finish_prefill(self) -> None:
         """Take in the finished prefill pass: each chunk's new keys/values go to the blocks and
         to its row; a sequence whose known tokens are now all cached samples its next token
         from its last position. A chunk whose sequence left meanwhile (finished, cancelled or
         preempted: its blocks went back) is dropped; a preempted one is prefilled again when
-        it is readmitted. So is one whose sequence is in ``decoding``, the passes running
-        beside this: a recomputed sequence's last chunk is its one last known token, which
-        makes it a decode too, and its decode feeds that token (``hold_first_tokens``: the
-        first tokens are streamed at the next token boundary, ``_stream_first_tokens``)."""
+        it is readmitted."""
         prefill, self._prefilling = self._prefilling, None
         logits, new_kv = prefill.outputs.result()
         tokens = prefill.inputs[0]
@@ -571,7 +512,7 @@ class ContinuousBatchingEngine(_Engine):
         running = {seq.id for seq in self.running}
         ready, last = [], []
         for i, ((seq, n), start) in enumerate(zip(prefill.chunks, prefill.starts, strict=True)):
-            if seq.id not in running or seq in decoding or self.cache.lengths.get(seq.id) != start:
+            if seq.id not in running or self.cache.lengths.get(seq.id) != start:
                 continue
             which, row = self._row(seq, start + n)  # its row may have moved meanwhile
             chunk_keys, chunk_values = keys[i, :, :, :n], values[i, :, :, :n]  # [L, H, n, D]
@@ -581,9 +522,7 @@ class ContinuousBatchingEngine(_Engine):
             if self.scheduler.remaining(seq) == 0:  # its last known token predicts the next
                 ready.append(seq.handle)
                 last.append(logits[i, n - 1])
-        if ready and hold_first_tokens:
-            self._first_tokens.append((ready, np.stack(last)))
-        elif ready:
+        if ready:
             self._emit(ready, np.stack(last))
 
 

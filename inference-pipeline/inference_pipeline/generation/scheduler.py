@@ -160,14 +160,6 @@ class TokenBudgetScheduler:
             self.stats.peak_running = max(self.stats.peak_running, len(self.running))
             self._prefill_planned_at = None
             return plan
-        self.plan_prefill(plan, now)
-        return plan
-
-    def plan_prefill(self, plan: Plan, now: float | None = None) -> None:
-        """Add to ``plan``, whose decodes are planned, the prefill chunks and admissions that
-        fit the budget they leave (step 2, and the admission delay). The engine calls it on its
-        own when it takes in a prefill pass while an iteration's decode passes run."""
-        now = self.clock() if now is None else now
         budget = self.max_num_batched_tokens - len(plan.decode)
         for seq in self.running:
             room = self.room(plan, budget)
@@ -187,6 +179,7 @@ class TokenBudgetScheduler:
             self._preempt(self.running[-1], plan)
         self.stats.peak_running = max(self.stats.peak_running, len(self.running))
         self._prefill_planned_at = now if plan.prefill else None
+        return plan
 
     def admission_due(self, now: float) -> bool:
         """Whether waiting requests may be admitted at ``now``: always when the delay factor is
