@@ -5,11 +5,17 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
 from inference_pipeline.__main__ import main
 from inference_pipeline.generation.engine import ContinuousBatchingEngine
 from inference_pipeline.generation.routes import GenerationService
 from inference_pipeline.loadtest.generation import completion_body, replay_streams
-from inference_pipeline_harness.generation_bench import RunResult, verdict
+from inference_pipeline_harness.generation_bench import (
+    RunResult,
+    series_line,
+    series_summary,
+    verdict,
+)
 from inference_pipeline_harness.serving_fixtures import CountingStep, threaded_server
 
 PASS_S = 0.02  # every model pass sleeps this long: a floor under TTFT and inter-token gaps
@@ -98,3 +104,28 @@ def test_the_verdict_quotes_the_binding_static_for_each_figure() -> None:
     assert not missed["target_met"] and missed["tokens_per_s_speedup"] < 2.0
     # under the faster static's tail but above the steadier one's: missed
     assert not verdict([*statics, _result("continuous", 8400.0, 2.1)])["target_met"]
+
+
+def test_a_series_of_runs_counts_the_runs_that_met_the_target() -> None:
+    statics = [_result("static", 3000.0, 2.0), _result("static-2-threads", 4000.0, 2.2)]
+    # (tokens/s, p99 ITL) of three runs: both held; tokens/s held, p99 above; tokens/s short
+    runs = [(8400.0, 1.9), (9000.0, 2.1), (7600.0, 1.5)]
+    verdicts = [verdict([*statics, _result("continuous", t, p)]) for t, p in runs]
+    summary = series_summary(verdicts)
+    assert summary["runs"] == 3
+    assert summary["target_met_runs"] == 1
+    assert summary["tokens_per_s_held_runs"] == 2
+    assert summary["itl_p99_held_runs"] == 2
+    speedups = sorted(t / 4000.0 for t, _ in runs)
+    ratios = sorted(p / 2.0 for _, p in runs)
+    assert summary["tokens_per_s_speedup_min"] == speedups[0]
+    assert summary["tokens_per_s_speedup_median"] == speedups[1]
+    assert summary["tokens_per_s_speedup_max"] == speedups[2]
+    assert (summary["itl_p99_ratio_min"], summary["itl_p99_ratio_max"]) == (ratios[0], ratios[2])
+    line = series_line(summary)
+    assert line.startswith("continuous over 3 runs: target met in 1;")
+    assert "median 2.10x" in line and "(0.75-1.05, median 0.95)" in line
+    with pytest.raises(ValueError, match="one engine"):
+        series_summary([*verdicts, {**verdicts[0], "engine": "continuous-serial"}])
+    with pytest.raises(ValueError):
+        series_summary([])
