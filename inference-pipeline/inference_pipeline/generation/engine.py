@@ -26,15 +26,16 @@ and decodes every row until the longest one finishes; a finished row's slot idle
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import collections
 import logging
 import os
+import queue
 import sys
 import threading
 import time
 import weakref
-from concurrent import futures
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,7 +82,7 @@ class _PrefillPass:
     chunks: list[tuple[SequenceState, int]]
     starts: list[int]
     inputs: tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]
-    outputs: futures.Future | None = None
+    outputs: Job | None = None
 
 
 @dataclass
@@ -106,6 +107,89 @@ def lower_thread_priority(niceness: int) -> None:
         thread = threading.get_native_id()
         current = os.getpriority(os.PRIO_PROCESS, thread)
         os.setpriority(os.PRIO_PROCESS, thread, max(current, niceness))
+
+
+class Job:
+    """One call handed to a ``Worker``: ``done()`` without blocking, ``wait()`` until it is,
+    ``result()`` its return value (or its exception, raised here)."""
+
+    __slots__ = ("_finished", "_value", "_error")
+
+    def __init__(self) -> None:
+        self._finished = threading.Lock()
+        self._finished.acquire()  # released once the call has returned or raised
+        self._value = self._error = None
+
+    @classmethod
+    def completed(cls, value) -> Job:
+        job = cls()
+        job._value = value
+        job._finished.release()
+        return job
+
+    def done(self) -> bool:
+        if self._finished.acquire(blocking=False):
+            self._finished.release()
+            return True
+        return False
+
+    def wait(self) -> None:
+        with self._finished:
+            pass
+
+    def result(self):
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class Worker:
+    """One daemon thread that runs the calls handed to it, in order. The hand-off is a C-level
+    queue and one lock per call (no executor bookkeeping, no condition variables): it happens
+    at every token boundary, and its Python holds the GIL the engine's thread needs.
+    ``niceness``: the thread's OS scheduling priority (None: the process's)."""
+
+    def __init__(self, name: str, niceness: int | None = None) -> None:
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        self._niceness = niceness
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+        _live_workers.add(self)
+
+    def submit(self, fn, *args) -> Job:
+        job = Job()
+        self._calls.put((job, fn, args))
+        return job
+
+    def shutdown(self, wait: bool = False) -> None:
+        """The thread ends once the calls already handed to it have run (``wait``: return
+        then)."""
+        self._calls.put(None)
+        if wait:
+            self._thread.join()
+
+    def _serve(self) -> None:
+        if self._niceness is not None:
+            lower_thread_priority(self._niceness)
+        while (call := self._calls.get()) is not None:
+            job, fn, args = call
+            try:
+                job._value = fn(*args)
+            except BaseException as error:  # handed to whoever asks for the result
+                job._error = error
+            job._finished.release()
+
+
+_live_workers: weakref.WeakSet[Worker] = weakref.WeakSet()
+
+
+@atexit.register
+def _end_workers() -> None:
+    """At exit, every worker finishes its calls and ends before the interpreter (and the
+    native libraries a call may be inside) is torn down under it."""
+    for worker in list(_live_workers):
+        worker.shutdown(wait=True)
 
 
 @dataclass
@@ -240,13 +324,10 @@ class ContinuousBatchingEngine(_Engine):
             self._prefill_worker = self._worker("generation-prefill", PREFILL_WORKER_NICENESS)
             self._decode_worker = self._worker("generation-decode")
 
-    def _worker(self, name: str, niceness: int | None = None) -> futures.ThreadPoolExecutor:
-        """One worker thread; ``niceness``: its OS scheduling priority (None: the process's)."""
-        lower = (lower_thread_priority, (niceness,)) if niceness is not None else (None, ())
-        worker = futures.ThreadPoolExecutor(
-            1, thread_name_prefix=name, initializer=lower[0], initargs=lower[1]
-        )
-        weakref.finalize(self, worker.shutdown, wait=False)
+    def _worker(self, name: str, niceness: int | None = None) -> Worker:
+        """One worker thread, ended when the engine is collected."""
+        worker = Worker(name, niceness)
+        weakref.finalize(self, worker.shutdown)
         return worker
 
     @property
@@ -290,7 +371,7 @@ class ContinuousBatchingEngine(_Engine):
         if not plan:
             if self._prefilling is None:
                 return bool(self.running)
-            futures.wait([self._prefilling.outputs])  # only the prefill pass is left to run
+            self._prefilling.outputs.wait()  # only the prefill pass is left to run
             self._finish_prefill()
             return True
         self.stats.iterations += 1
@@ -336,7 +417,7 @@ class ContinuousBatchingEngine(_Engine):
                 logits.append(beside.result())
         except BaseException:
             if beside is not None:
-                futures.wait([beside])  # the worker is done reading before the caller goes on
+                beside.wait()  # the worker is done reading before the caller goes on
             raise
         self._decodes_done(here + there, logits)
         if prefill_here:
@@ -358,24 +439,24 @@ class ContinuousBatchingEngine(_Engine):
             return passes[:-1], passes[-1:]
         return passes, []
 
-    def _launch(self, worker: futures.ThreadPoolExecutor | None, inputs) -> futures.Future:
+    def _launch(self, worker: Worker | None, inputs) -> Job:
         """The step function on ``inputs``, on ``worker`` (None: here, now)."""
         if worker is not None:
             return worker.submit(self.step_fn, *inputs)
-        done: futures.Future = futures.Future()
-        done.set_result(self.step_fn(*inputs))
-        return done
+        return Job.completed(self.step_fn(*inputs))
 
     def _retire(self) -> None:
         """Drop finished and cancelled sequences; their blocks go back to the pool."""
-        gone = []
-        for seq in list(self.running):
-            if seq.handle.cancel_requested.is_set():
-                seq.handle.finish("cancelled")  # no-op when it had already finished
-            if seq.handle.done:
-                self.scheduler.release(seq)
-                gone.append(seq.id)
-        self._forget(gone)
+        ended = [
+            seq
+            for seq in self.running
+            if seq.handle.finish_reason is not None or seq.handle.cancel_requested.is_set()
+        ]
+        for seq in ended:
+            seq.handle.finish("cancelled")  # no-op when it had already finished
+            self.scheduler.release(seq)
+        if ended:
+            self._forget([seq.id for seq in ended])
 
     def _forget(self, ids: list[int]) -> None:
         """Sequences that left the cache give up their dense rows, and the rows above any free

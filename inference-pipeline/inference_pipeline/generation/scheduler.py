@@ -147,11 +147,18 @@ class TokenBudgetScheduler:
             self.last_prefill_latency = now - self._prefill_planned_at
         plan = Plan()
         lengths, tables, bs = self.cache.lengths, self.cache.tables, self.cache.block_size
+        prefilling = []  # running sequences not decoding, in admission order
+        # One visit per running sequence (this loop runs every iteration, for every stream).
+        # A copy: a preemption removes its victim from ``running`` (the youngest, maybe one
+        # already visited).
         for seq in list(self.running):
-            if seq in plan.preempted or not self.decoding(seq):
+            if plan.preempted and seq in plan.preempted:
                 continue
-            computed = lengths[seq.id]
-            if computed < len(tables[seq.id]) * bs:  # its next token fits the blocks it holds
+            tokens, computed = seq.handle.tokens, lengths.get(seq.id, 0)
+            # decoding: every known token but the last is cached (``decoding``, inlined)
+            if not tokens or len(seq.handle.request.prompt) + len(tokens) - computed != 1:
+                prefilling.append(seq)
+            elif computed < len(tables[seq.id]) * bs:  # its next token fits its blocks
                 plan.decode.append(seq)
             elif self._make_room(seq, computed + 1, plan):
                 self.cache.ensure(seq.id, computed + 1)
@@ -161,12 +168,12 @@ class TokenBudgetScheduler:
             self._prefill_planned_at = None
             return plan
         budget = self.max_num_batched_tokens - len(plan.decode)
-        for seq in self.running:
+        for seq in prefilling:
+            if plan.preempted and seq in plan.preempted:
+                continue
             room = self.room(plan, budget)
             if room == 0:
                 break
-            if seq in plan.decode or self.decoding(seq):
-                continue
             count = self._chunk(seq, room)
             if count:
                 plan.prefill.append((seq, count))
