@@ -388,8 +388,13 @@ class ContinuousBatchingEngine(_Engine):
         past while a pass reads it; the prefill pass reads its own copy. A decode pass is one
         job, inputs to written keys/values (``_run_decode``): on the worker its Python runs
         while this thread's pass holds no GIL, off this thread's path."""
-        lengths = self.cache.lengths
-        places = [self._row(s, lengths[s.id] + 1) for s in plan.decode]
+        lengths, row_of, short = self.cache.lengths, self._row_of, self.dense[0].max_width
+        places = []
+        for seq in plan.decode:  # most rows stay where they are: ``_row`` only for the others
+            place = row_of.get(seq.id)
+            if place is None or (place[0] == 0 and lengths[seq.id] >= short):
+                place = self._row(seq, lengths[seq.id] + 1)
+            places.append(place)
         starts = [lengths.get(seq.id, 0) for seq, _ in plan.prefill]
         chunk_places = [
             self._row(seq, s + n) for (seq, n), s in zip(plan.prefill, starts, strict=True)
@@ -428,22 +433,32 @@ class ContinuousBatchingEngine(_Engine):
     ) -> tuple[list[_DecodePass], list[_DecodePass]]:
         """The iteration's decode passes, one per dense past with a decoding row: (those run
         here, the one run on the decode worker: the long rows', when both pasts have one)."""
-        passes = []
-        for which, dense in enumerate(self.dense):
-            members = [(s, r) for s, (w, r) in zip(seqs, places, strict=True) if w == which]
-            if members:
-                passes.append(
-                    _DecodePass(dense, [s for s, _ in members], np.array([r for _, r in members]))
-                )
+        members: list[tuple[list[SequenceState], list[int]]] = [([], []) for _ in self.dense]
+        for seq, (which, row) in zip(seqs, places, strict=True):
+            members[which][0].append(seq)
+            members[which][1].append(row)
+        passes = [
+            _DecodePass(dense, lane_seqs, np.array(rows))
+            for dense, (lane_seqs, rows) in zip(self.dense, members, strict=True)
+            if lane_seqs
+        ]
         if self._decode_worker is not None and len(passes) > 1:
             return passes[:-1], passes[-1:]
         return passes, []
 
     def _launch(self, worker: Worker | None, inputs) -> Job:
-        """The step function on ``inputs``, on ``worker`` (None: here, now)."""
+        """The prefill pass on ``inputs`` (``_run_prefill``), on ``worker`` (None: here, now)."""
         if worker is not None:
-            return worker.submit(self.step_fn, *inputs)
-        return Job.completed(self.step_fn(*inputs))
+            return worker.submit(self._run_prefill, inputs)
+        return Job.completed(self._run_prefill(inputs))
+
+    def _run_prefill(self, inputs) -> tuple[np.ndarray, np.ndarray]:
+        """The step function on a prefill pass's ``inputs``: its logits ``[B, T, V]`` and its
+        2L key/value outputs side by side in one copy, ``[B, 2L, H, T, D]`` (keys at even
+        indices), made where the pass ran, off the engine's thread when that is a worker."""
+        logits, new_kv = self.step_fn(*inputs)
+        batch, heads, new, dim = new_kv[0].shape
+        return logits, np.concatenate(new_kv, axis=1).reshape(batch, len(new_kv), heads, new, dim)
 
     def _retire(self) -> None:
         """Drop finished and cancelled sequences; their blocks go back to the pool."""
@@ -582,11 +597,8 @@ class ContinuousBatchingEngine(_Engine):
         preempted: its blocks went back) is dropped; a preempted one is prefilled again when
         it is readmitted."""
         prefill, self._prefilling = self._prefilling, None
-        logits, new_kv = prefill.outputs.result()
+        logits, kv = prefill.outputs.result()
         tokens = prefill.inputs[0]
-        batch, heads, new, dim = new_kv[0].shape
-        # the 2L outputs side by side in one copy: [B, 2L, H, T, D], keys at even indices
-        kv = np.concatenate(new_kv, axis=1).reshape(batch, len(new_kv), heads, new, dim)
         keys, values = kv[:, 0::2], kv[:, 1::2]
         self.stats.prefill_passes += 1
         running = {seq.id for seq in self.running}
