@@ -470,8 +470,7 @@ class ContinuousBatchingEngine(_Engine):
         for seq in ended:
             seq.handle.finish("cancelled")  # no-op when it had already finished
             self.scheduler.release(seq)
-        if ended:
-            self._forget([seq.id for seq in ended])
+        self._forget([seq.id for seq in ended])  # also compacts after a row moved pasts
 
     def _forget(self, ids: list[int]) -> None:
         """Sequences that left the cache give up their dense rows, and the rows above any free
