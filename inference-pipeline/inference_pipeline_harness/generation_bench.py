@@ -22,6 +22,9 @@ under the declared SLO, TTFT, TPOT, ITL and end-to-end latency (mean, median, p9
   sequences running at the peak.
 - ``budget``: the per-step token budget swept at C=16 (what the knob trades).
 - ``passcost``: one 16-row decode pass against dense pasts of 50-250 positions.
+- ``loopcost``: each engine's own cost per token boundary (scheduling, bookkeeping, writes,
+  sampling, streaming, its threads' hand-offs) on the C=16 workload, queued at once, under a
+  step function that costs nothing (``FreeStep``).
 - ``steps``: the batching workload at C=16, the batching variants (and static with its past
   at full width from the first pass), every step-function call timed: the time from one
   iteration's first pass to the next's (what a running stream waits for its next token) split
@@ -539,6 +542,74 @@ def pass_cost(
     return results
 
 
+class FreeStep:
+    """A step function that costs (almost) nothing: outputs of the right shapes, made once per
+    input shape and handed back again. Under it an engine's time is its own: scheduling, cache
+    bookkeeping, the writes into its dense pasts, sampling, streaming and its threads'
+    hand-offs, everything but the passes themselves."""
+
+    def __init__(self, config) -> None:
+        self.config = config
+        self._outputs: dict[tuple[int, ...], tuple[np.ndarray, list[np.ndarray]]] = {}
+
+    def __call__(self, tokens, positions, attention_mask, past):
+        outputs = self._outputs.get(tokens.shape)
+        if outputs is None:
+            c, (rows, new) = self.config, tokens.shape
+            rng = np.random.default_rng(rows * 1000 + new)
+            logits = rng.random((rows, new, c.vocab_size), dtype=np.float32)
+            kv = [rng.random((rows, c.n_head, new, c.head_dim), dtype=np.float32)
+                  for _ in range(2 * c.n_layer)]  # fmt: skip
+            outputs = self._outputs[tokens.shape] = (logits, kv)
+        return outputs
+
+
+def loop_cost(
+    config,
+    requests: list[GenerationRequest],
+    variants: dict[str, Variant],
+    rounds: int = 5,
+    concurrency: int = 16,
+    budget: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+) -> list[dict]:
+    """Each engine's own cost per token boundary: every request submitted at once and run to
+    the end on ``FreeStep`` (no pass costs anything), ``rounds`` interleaved rounds, medians.
+    A boundary is a continuous engine's iteration or a static engine's pass (prefill or
+    decode); the engines are sized for ``concurrency`` streams (a static batch, the continuous
+    engines' running sequences and blocks) at the token ``budget``. What it measures is the
+    part of an iteration the model's size does not set."""
+    free = FreeStep(config)
+    times: dict[str, list[tuple[float, int, int]]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, variant in variants.items():
+            engine = build_variant(variant._replace(step=free), concurrency, budget)
+            handles = [engine.submit(r) for r in requests]
+            if isinstance(engine, StaticBatchingEngine):
+                engine.draining = True  # every batch starts at once, the last one partial
+            start = time.perf_counter()
+            while engine.step():
+                pass
+            seconds = time.perf_counter() - start
+            stats = engine.stats
+            boundaries = (
+                stats.iterations
+                if isinstance(engine, ContinuousBatchingEngine)
+                else stats.decode_passes + stats.prefill_passes
+            )
+            tokens = sum(len(h.tokens) for h in handles)
+            times[name].append((seconds, boundaries, tokens))
+    report = []
+    for name, samples in times.items():
+        seconds = np.array([s for s, _, _ in samples])
+        boundaries, tokens = samples[0][1], samples[0][2]
+        report.append({
+            "engine": name, "boundaries": boundaries, "tokens": tokens,
+            "us_per_boundary": 1e6 * float(np.median(seconds / [b for _, b, _ in samples])),
+            "us_per_token": 1e6 * float(np.median(seconds / [t for _, _, t in samples])),
+        })  # fmt: skip
+    return report
+
+
 Call = tuple[float, float, int, int, int, int, int]
 
 
@@ -804,7 +875,7 @@ def plot(results: list[RunResult], path: Path) -> Path:
     return path
 
 
-EXPERIMENTS = ("batching", "prefix", "memory", "budget", "passcost", "steps")
+EXPERIMENTS = ("batching", "prefix", "memory", "budget", "passcost", "steps", "loopcost")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1014,6 +1085,15 @@ def main(argv: list[str] | None = None) -> int:
             report["step_breakdown"] = step_breakdown(step, held_out, 16, per_client, rounds,
                                                       budget=args.budget,
                                                       variants=steps)  # fmt: skip
+        if "loopcost" in experiments:
+            # intra-op threads are the passes' business: under FreeStep both statics are one
+            own = {name: v for name, v in batching.items() if name != "static-2-threads"}
+            requests = workload(held_out, 16 * per_client, step.config.max_positions, seed=16)
+            report["loop_cost"] = loop_cost(step.config, requests, own, rounds, budget=args.budget)
+            for row in report["loop_cost"]:
+                print(f"  {row['engine']:20s} {row['us_per_boundary']:6.1f} us per token boundary "
+                      f"({row['boundaries']} boundaries), {row['us_per_token']:5.1f} us per "
+                      f"token")  # fmt: skip
         if "passcost" in experiments:
             report["pass_cost"] = pass_cost(step)
             for row in report["pass_cost"]:

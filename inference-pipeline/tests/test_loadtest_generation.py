@@ -5,13 +5,19 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 from inference_pipeline.__main__ import main
 from inference_pipeline.generation.engine import ContinuousBatchingEngine
+from inference_pipeline.generation.model import TINY_CONFIG
+from inference_pipeline.generation.requests import GenerationRequest
 from inference_pipeline.generation.routes import GenerationService
 from inference_pipeline.loadtest.generation import completion_body, replay_streams
 from inference_pipeline_harness.generation_bench import (
+    FreeStep,
     RunResult,
+    Variant,
+    loop_cost,
     series_line,
     series_summary,
     verdict,
@@ -104,6 +110,31 @@ def test_the_verdict_quotes_the_binding_static_for_each_figure() -> None:
     assert not missed["target_met"] and missed["tokens_per_s_speedup"] < 2.0
     # under the faster static's tail but above the steadier one's: missed
     assert not verdict([*statics, _result("continuous", 8400.0, 2.1)])["target_met"]
+
+
+def test_loop_cost_runs_every_engine_to_the_end_on_a_free_step() -> None:
+    """Each engine generates every requested token on ``FreeStep``; a static engine's token
+    boundaries are, per batch, its prefill pass and one decode pass per token of its longest
+    request after the first (the formula), a continuous engine's at least the longest request's
+    tokens and at most one per token plus its prefill passes."""
+    new_tokens = [3, 9, 5, 12, 7, 2]
+    requests = [GenerationRequest(bytes(range(65, 70 + i)), n) for i, n in enumerate(new_tokens)]
+    free = FreeStep(TINY_CONFIG)
+    logits, kv = free(np.zeros((2, 3), np.int64), None, None, None)
+    assert logits.shape == (2, 3, TINY_CONFIG.vocab_size) and len(kv) == 2 * TINY_CONFIG.n_layer
+    assert all(k.shape == (2, TINY_CONFIG.n_head, 3, TINY_CONFIG.head_dim) for k in kv)
+    assert free(np.zeros((2, 3), np.int64), None, None, None)[0] is logits  # made once
+    variants = {kind: Variant(kind, None) for kind in ("static", "continuous", "continuous-serial")}
+    rows = {row["engine"]: row for row in loop_cost(TINY_CONFIG, requests, variants, rounds=2,
+                                                       concurrency=4, budget=8)}  # fmt: skip
+    assert set(rows) == set(variants)
+    for row in rows.values():
+        assert row["tokens"] == sum(new_tokens)
+        assert row["us_per_boundary"] > 0 and row["us_per_token"] > 0
+    batches = [new_tokens[:4], new_tokens[4:]]  # static takes 4 at a time, in order
+    assert rows["static"]["boundaries"] == sum(max(batch) for batch in batches)
+    for name in ("continuous", "continuous-serial"):
+        assert max(new_tokens) <= rows[name]["boundaries"] <= sum(new_tokens) + len(requests) * 2
 
 
 def test_a_series_of_runs_counts_the_runs_that_met_the_target() -> None:

@@ -55,7 +55,7 @@ from inference_pipeline.generation.scheduler import Plan, SequenceState, TokenBu
 log = logging.getLogger(__name__)
 
 # Tokens per iteration (decodes + prefill chunks): chosen by measurement, see GENERATION.md.
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 24
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 32
 # Admission delay, in last-prefill latencies (0: admit at every iteration): see GENERATION.md.
 DEFAULT_ADMISSION_DELAY_FACTOR = 0.0
 # The prefill worker's OS niceness (Linux, per thread): the lowest priority of the normal policy.
