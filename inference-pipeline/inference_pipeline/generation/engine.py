@@ -110,22 +110,25 @@ def lower_thread_priority(niceness: int) -> None:
 
 
 class Job:
-    """One call handed to a ``Worker``: ``done()`` without blocking, ``wait()`` until it is,
-    ``result()`` its return value (or its exception, raised here)."""
+    """One call, made once by ``run()`` on whichever thread runs it (a ``Worker``'s, or the
+    caller's): ``done()`` without blocking, ``wait()`` until it is, ``result()`` its return
+    value (or its exception, raised there)."""
 
-    __slots__ = ("_finished", "_value", "_error")
+    __slots__ = ("_call", "_finished", "_value", "_error")
 
-    def __init__(self) -> None:
+    def __init__(self, fn, *args) -> None:
+        self._call = (fn, args)
         self._finished = threading.Lock()
         self._finished.acquire()  # released once the call has returned or raised
         self._value = self._error = None
 
-    @classmethod
-    def completed(cls, value) -> Job:
-        job = cls()
-        job._value = value
-        job._finished.release()
-        return job
+    def run(self) -> None:
+        fn, args = self._call
+        try:
+            self._value = fn(*args)
+        except BaseException as error:  # handed to whoever asks for the result
+            self._error = error
+        self._finished.release()
 
     def done(self) -> bool:
         if self._finished.acquire(blocking=False):
@@ -158,8 +161,8 @@ class Worker:
         _live_workers.add(self)
 
     def submit(self, fn, *args) -> Job:
-        job = Job()
-        self._calls.put((job, fn, args))
+        job = Job(fn, *args)
+        self._calls.put(job)
         return job
 
     def shutdown(self, wait: bool = False) -> None:
@@ -172,13 +175,8 @@ class Worker:
     def _serve(self) -> None:
         if self._niceness is not None:
             lower_thread_priority(self._niceness)
-        while (call := self._calls.get()) is not None:
-            job, fn, args = call
-            try:
-                job._value = fn(*args)
-            except BaseException as error:  # handed to whoever asks for the result
-                job._error = error
-            job._finished.release()
+        while (job := self._calls.get()) is not None:
+            job.run()
 
 
 _live_workers: weakref.WeakSet[Worker] = weakref.WeakSet()
@@ -450,7 +448,9 @@ class ContinuousBatchingEngine(_Engine):
         """The prefill pass on ``inputs`` (``_run_prefill``), on ``worker`` (None: here, now)."""
         if worker is not None:
             return worker.submit(self._run_prefill, inputs)
-        return Job.completed(self._run_prefill(inputs))
+        job = Job(self._run_prefill, inputs)
+        job.run()  # here, now: a failure is raised when the pass is taken in
+        return job
 
     def _run_prefill(self, inputs) -> tuple[np.ndarray, np.ndarray]:
         """The step function on a prefill pass's ``inputs``: its logits ``[B, T, V]`` and its
