@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import gc
 import itertools
 import os
 import sys
@@ -238,6 +239,33 @@ def test_the_short_rows_token_streams_while_the_long_rows_pass_still_runs(model:
     assert not iteration.is_alive() and len(long.tokens) == 2
     engine.run_until_idle()
     assert [long.tokens, short.tokens] == [greedy_no_cache(model, p, 8) for p in PROMPTS[:2]]
+
+
+def test_a_dropped_engine_ends_its_worker_threads_without_the_cycle_collector(model: GPT) -> None:
+    """Nothing the engine hands its workers keeps it alive once the calls have run: dropped, it
+    is freed at once (no reference cycle waiting for the collector, with its dense pasts and
+    block pool) and its two worker threads end."""
+    before = set(threading.enumerate())
+    gc.disable()
+    try:
+        step = TorchStep(model)
+        engine = ContinuousBatchingEngine(
+            step, max_num_seqs=2, max_num_batched_tokens=40, block_size=4, short_width=16
+        )
+        handles = [engine.submit(GenerationRequest(p, 8)) for p in PROMPTS[:2]]
+        engine.step()  # both prefilled here: nothing decodes beside them
+        engine.submit(GenerationRequest(PROMPTS[2], 8))  # prefilled on the worker, beside decodes
+        engine.run_until_idle()
+        assert all(h.done for h in handles)
+        workers = [t for t in set(threading.enumerate()) - before
+                   if t.name.startswith("generation-")]  # fmt: skip
+        assert sorted(t.name for t in workers) == ["generation-decode", "generation-prefill"]
+        del engine
+        for thread in workers:
+            thread.join(10.0)
+        assert not any(thread.is_alive() for thread in workers)
+    finally:
+        gc.enable()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")

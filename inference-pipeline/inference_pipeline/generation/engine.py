@@ -123,7 +123,7 @@ class Job:
         self._value = self._error = None
 
     def run(self) -> None:
-        fn, args = self._call
+        (fn, args), self._call = self._call, None  # the call's objects are not kept past it
         try:
             self._value = fn(*args)
         except BaseException as error:  # handed to whoever asks for the result
