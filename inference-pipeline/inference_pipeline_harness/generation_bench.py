@@ -776,6 +776,8 @@ def verdict(
     steadiest = min(statics, key=lambda r: r.itl_p99_ms)
     speedup = continuous.tokens_per_s / fastest.tokens_per_s
     ratio = continuous.itl_p99_ms / steadiest.itl_p99_ms
+    tokens_held = speedup >= TARGET_TOKENS_PER_S_SPEEDUP
+    p99_held = ratio <= TARGET_ITL_P99_RATIO
     return {
         "concurrency": concurrency,
         "engine": engine,
@@ -783,7 +785,9 @@ def verdict(
         "tokens_per_s_speedup": speedup,
         "itl_p99_static": steadiest.engine,
         "itl_p99_ratio": ratio,
-        "target_met": speedup >= TARGET_TOKENS_PER_S_SPEEDUP and ratio <= TARGET_ITL_P99_RATIO,
+        "tokens_per_s_held": tokens_held,
+        "itl_p99_held": p99_held,
+        "target_met": tokens_held and p99_held,
     }
 
 
@@ -796,12 +800,8 @@ def series_summary(verdicts: list[dict[str, float | bool | str]]) -> dict[str, f
         "engine": str(verdicts[0]["engine"]),
         "runs": len(verdicts),
         "target_met_runs": sum(bool(v["target_met"]) for v in verdicts),
-        "tokens_per_s_held_runs": sum(
-            float(v["tokens_per_s_speedup"]) >= TARGET_TOKENS_PER_S_SPEEDUP for v in verdicts
-        ),
-        "itl_p99_held_runs": sum(
-            float(v["itl_p99_ratio"]) <= TARGET_ITL_P99_RATIO for v in verdicts
-        ),
+        "tokens_per_s_held_runs": sum(bool(v["tokens_per_s_held"]) for v in verdicts),
+        "itl_p99_held_runs": sum(bool(v["itl_p99_held"]) for v in verdicts),
     }
     for figure in ("tokens_per_s_speedup", "itl_p99_ratio"):
         values = [float(v[figure]) for v in verdicts]

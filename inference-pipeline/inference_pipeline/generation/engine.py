@@ -149,8 +149,9 @@ class Job:
 
 class Worker:
     """One daemon thread that runs the calls handed to it, in order. The hand-off is a C-level
-    queue and one lock per call (no executor bookkeeping, no condition variables): it happens
-    at every token boundary, and its Python holds the GIL the engine's thread needs.
+    queue and one lock per call, not an executor: it happens at every token boundary, and an
+    executor's bookkeeping (futures, condition variables) is Python that holds the GIL the
+    engine's thread needs.
     ``niceness``: the thread's OS scheduling priority (None: the process's)."""
 
     def __init__(self, name: str, niceness: int | None = None) -> None:
@@ -386,13 +387,8 @@ class ContinuousBatchingEngine(_Engine):
         past while a pass reads it; the prefill pass reads its own copy. A decode pass is one
         job, inputs to written keys/values (``_run_decode``): on the worker its Python runs
         while this thread's pass holds no GIL, off this thread's path."""
-        lengths, row_of, short = self.cache.lengths, self._row_of, self.dense[0].max_width
-        places = []
-        for seq in plan.decode:  # most rows stay where they are: ``_row`` only for the others
-            place = row_of.get(seq.id)
-            if place is None or (place[0] == 0 and lengths[seq.id] >= short):
-                place = self._row(seq, lengths[seq.id] + 1)
-            places.append(place)
+        lengths = self.cache.lengths
+        places = [self._row(s, lengths[s.id] + 1) for s in plan.decode]
         starts = [lengths.get(seq.id, 0) for seq, _ in plan.prefill]
         chunk_places = [
             self._row(seq, s + n) for (seq, n), s in zip(plan.prefill, starts, strict=True)

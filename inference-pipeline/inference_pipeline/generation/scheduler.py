@@ -154,11 +154,11 @@ class TokenBudgetScheduler:
         for seq in list(self.running):
             if plan.preempted and seq in plan.preempted:
                 continue
-            tokens, computed = seq.handle.tokens, lengths.get(seq.id, 0)
-            # decoding: every known token but the last is cached (``decoding``, inlined)
-            if not tokens or len(seq.handle.request.prompt) + len(tokens) - computed != 1:
+            if not self.decoding(seq):
                 prefilling.append(seq)
-            elif computed < len(tables[seq.id]) * bs:  # its next token fits its blocks
+                continue
+            computed = lengths[seq.id]
+            if computed < len(tables[seq.id]) * bs:  # its next token fits the blocks it holds
                 plan.decode.append(seq)
             elif self._make_room(seq, computed + 1, plan):
                 self.cache.ensure(seq.id, computed + 1)
