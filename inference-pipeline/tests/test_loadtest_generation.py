@@ -147,6 +147,14 @@ def test_a_series_of_runs_counts_the_runs_that_met_the_target() -> None:
     assert summary["target_met_runs"] == 1
     assert summary["tokens_per_s_held_runs"] == 2
     assert summary["itl_p99_held_runs"] == 2
+    # alone, each static is beaten in two runs: the one-thread static's tail is missed in the
+    # second, the two-thread static's tokens/s in the third
+    assert [v["target_met_against"] for v in verdicts] == [
+        {"static": True, "static-2-threads": True},
+        {"static": False, "static-2-threads": True},
+        {"static": True, "static-2-threads": False},
+    ]
+    assert summary["target_met_runs_against"] == {"static": 2, "static-2-threads": 2}
     speedups = sorted(t / 4000.0 for t, _ in runs)
     ratios = sorted(p / 2.0 for _, p in runs)
     assert summary["tokens_per_s_speedup_min"] == speedups[0]
@@ -156,6 +164,7 @@ def test_a_series_of_runs_counts_the_runs_that_met_the_target() -> None:
     line = series_line(summary)
     assert line.startswith("continuous over 3 runs: target met in 1;")
     assert "median 2.10x" in line and "(0.75-1.05, median 0.95)" in line
+    assert line.endswith("against each static alone: static 2, static-2-threads 2")
     with pytest.raises(ValueError, match="one engine"):
         series_summary([*verdicts, {**verdicts[0], "engine": "continuous-serial"}])
     with pytest.raises(ValueError):
